@@ -1,0 +1,122 @@
+"""Policies: the embedded character-level GPT-2, random tiny GPT-2s, and hub/local
+checkpoints such as RookWorld-LM-124M, all returned as one `Policy` bundle.
+
+Every loader forces dropout to 0 (policy and reference must agree at step 0)
+and keeps weights in fp32 (the optimiser steps fp32 master weights; bf16 is an
+autocast option on GPUs only).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+EOS = "<|endoftext|>"
+EMBEDDED_DIR = Path(__file__).parent / "assets" / "model"
+# Every printable ASCII character: covers both task formats and keeps any text encodable.
+CHAR_ALPHABET = string.printable[:95]
+DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout")
+
+
+@dataclass
+class Policy:
+    """model: a causal LM in fp32 and eval mode; tokenizer: HF fast tokenizer
+    (left padding); bos_id: token put before every prompt (RookWorld-LM saw
+    <|endoftext|> before each training document) or None; eos_id: stop token."""
+
+    model: GPT2LMHeadModel
+    tokenizer: PreTrainedTokenizerFast
+    eos_id: int
+    bos_id: int | None = None
+
+    def encode_prompt(self, text: str) -> list[int]:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ([self.bos_id] if self.bos_id is not None else []) + ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def build_char_tokenizer(alphabet: str = CHAR_ALPHABET) -> PreTrainedTokenizerFast:
+    """One token per character, id 0 = <|endoftext|> (end of text and padding)."""
+    vocab = {EOS: 0} | {c: i + 1 for i, c in enumerate(dict.fromkeys(alphabet))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=EOS))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS,
+                                   bos_token=EOS, unk_token=EOS)
+    fast.padding_side = "left"
+    return fast
+
+
+def _no_dropout(config) -> None:
+    for key in DROPOUT_KEYS:
+        if hasattr(config, key):
+            setattr(config, key, 0.0)
+
+
+def build_random(n_layer: int = 4, n_embd: int = 256, n_head: int = 4, n_positions: int = 384,
+                 seed: int = 0) -> Policy:
+    """A randomly initialised GPT-2 with the character tokenizer (tests, benchmarks)."""
+    tok = build_char_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=n_embd,
+                        n_layer=n_layer, n_head=n_head, bos_token_id=0, eos_token_id=0,
+                        pad_token_id=0, tie_word_embeddings=True)
+    _no_dropout(config)
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(config).eval()
+    return Policy(model, tok, eos_id=tok.eos_token_id)
+
+
+def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only: bool = False,
+                    revision: str | None = None) -> Policy:
+    """Load a causal LM and its tokenizer from a hub id or a local directory in the
+    hub layout (config.json, model.safetensors, tokenizer files).
+
+    Dropout is forced to 0; pad = eos; left padding; weights cast to fp32; the
+    tokenizer must fit the embedding matrix.
+    """
+    from transformers import AutoTokenizer
+
+    if Path(path).expanduser().exists():
+        path, local_files_only = str(Path(path).expanduser()), True
+    elif "/" not in path:
+        raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id")
+    kwargs = dict(local_files_only=local_files_only, revision=revision)
+    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, use_safetensors=True,
+        **{k: 0.0 for k in DROPOUT_KEYS[:3]}, **kwargs)
+    _no_dropout(model.config)
+    if tok.eos_token_id is None:
+        raise ValueError(f"model.path={path!r}: tokenizer has no end-of-text token")
+    tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    n_embed = model.get_input_embeddings().num_embeddings
+    if len(tok) > n_embed:
+        raise ValueError(f"model.path={path!r}: tokenizer has {len(tok)} entries but the "
+                         f"embedding matrix only {n_embed} rows")
+    bos = tok.eos_token_id if bos_before_prompt else None
+    return Policy(model.float().eval(), tok, eos_id=tok.eos_token_id, bos_id=bos)
+
+
+def load_embedded(path: str | None = None) -> Policy:
+    """The model this project trains and ships (see rookworld/assets/model/MODEL_CARD.md)."""
+    directory = Path(path) if path else EMBEDDED_DIR
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(
+            f"embedded model not found at {directory}; build it with `python -m rookworld.pretrain`")
+    return load_pretrained(str(directory))
+
+
+def save_policy(policy: Policy, directory: str | Path) -> None:
+    """Write weights (safetensors), config and tokenizer in the hub layout."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(directory, safe_serialization=True)
+    policy.tokenizer.save_pretrained(directory)

@@ -1,0 +1,206 @@
+"""Batched sampling for GPT-2 with a preallocated KV cache.
+
+Prompts are left-padded; every real token's position counts real tokens only
+(`position = cumsum(mask) - 1`), as in the model's training. The loop writes
+keys/values into a cache allocated once, stops early when every row has
+written end-of-text, and keeps each sampled token's log-probability under the
+policy (`log_softmax(logits / temperature)`, full vocabulary, before top-k/top-p
+filtering) so the PPO ratio can use it as the old policy's log-prob. The loss
+trains on exactly these sampled ids; nothing is re-tokenised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """temperature: 0 means greedy; top_k: 0 = off; top_p: 1.0 = off;
+    max_new_tokens: completion budget; min_new_tokens: end-of-text is masked before it."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 160
+    min_new_tokens: int = 0
+
+    def __post_init__(self):
+        checks = [(self.temperature >= 0, "temperature", ">= 0"),
+                  (self.top_k >= 0, "top_k", ">= 0"),
+                  (0 < self.top_p <= 1, "top_p", "in (0, 1]"),
+                  (self.max_new_tokens >= 1, "max_new_tokens", ">= 1"),
+                  (0 <= self.min_new_tokens <= self.max_new_tokens, "min_new_tokens",
+                   "in [0, max_new_tokens]")]
+        for ok, key, rule in checks:
+            if not ok:
+                raise ValueError(f"sampler.{key} must be {rule}, got {getattr(self, key)!r}")
+
+
+@dataclass
+class Rollout:
+    """prompt_ids/prompt_mask [N,P] left-padded; completion_ids/completion_mask [N,T]
+    (mask 1 on generated tokens up to and including end-of-text); logprobs [N,T]
+    policy log-probs of the sampled ids (0 where masked); truncated [N] bool:
+    no end-of-text within max_new_tokens."""
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    logprobs: Tensor
+    truncated: Tensor
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """list of N id lists -> (ids [N,P], mask [N,P]) padded on the left."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """[N,S] attention mask -> [N,S] positions counting real tokens from 0 (pads get 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """[N,V] -> [N,V] with -inf outside the top-k and outside the top-p nucleus."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p  # keep the token crossing top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class KVCache:
+    """Keys and values for every layer, allocated once: [L, N, H, S_max, D]."""
+
+    def __init__(self, n_layer, n, n_head, max_len, head_dim, dtype, device):
+        shape = (n_layer, n, n_head, max_len, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+
+
+def _block(x: Tensor, blk, cache: KVCache, layer: int, start: int, attn_mask: Tensor) -> Tensor:
+    n, s, c = x.shape
+    n_head = blk.attn.num_heads
+    h = F.layer_norm(x, (c,), blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps)
+    qkv = torch.addmm(blk.attn.c_attn.bias, h.reshape(-1, c), blk.attn.c_attn.weight)
+    q, k, v = qkv.view(n, s, 3, n_head, c // n_head).permute(2, 0, 3, 1, 4)
+    cache.k[layer, :, :, start:start + s] = k
+    cache.v[layer, :, :, start:start + s] = v
+    end = start + s
+    att = F.scaled_dot_product_attention(q, cache.k[layer, :, :, :end], cache.v[layer, :, :, :end],
+                                         attn_mask=attn_mask)
+    att = att.transpose(1, 2).reshape(-1, c)
+    x = x + torch.addmm(blk.attn.c_proj.bias, att, blk.attn.c_proj.weight).view(n, s, c)
+    h = F.layer_norm(x, (c,), blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps).reshape(-1, c)
+    h = F.gelu(torch.addmm(blk.mlp.c_fc.bias, h, blk.mlp.c_fc.weight), approximate="tanh")
+    return x + torch.addmm(blk.mlp.c_proj.bias, h, blk.mlp.c_proj.weight).view(n, s, c)
+
+
+def cached_forward(model, ids: Tensor, positions: Tensor, cache: KVCache, start: int,
+                   attn_mask: Tensor) -> Tensor:
+    """GPT-2 forward of ids [N,S] written at cache slots start..start+S; attn_mask
+    [N,1,S,start+S] bool (True = may attend). Returns last-position logits [N,V]."""
+    tr = model.transformer
+    x = tr.wte(ids) + tr.wpe(positions)
+    for i, blk in enumerate(tr.h):
+        x = _block(x, blk, cache, i, start, attn_mask)
+    x = F.layer_norm(x[:, -1], (x.shape[-1],), tr.ln_f.weight, tr.ln_f.bias, tr.ln_f.eps)
+    return model.lm_head(x)
+
+
+def _check_gpt2(model) -> None:
+    cfg = model.config
+    if cfg.model_type != "gpt2" or cfg.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"the cached sampler supports GPT-2 with tanh GELU, got "
+                         f"{cfg.model_type}/{cfg.activation_function}")
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False) or getattr(
+            cfg, "reorder_and_upcast_attn", False):
+        raise ValueError("the cached sampler does not support GPT-2 attention variants")
+
+
+def _prefill_mask(prompt_mask: Tensor) -> Tensor:
+    n, p = prompt_mask.shape
+    causal = torch.ones(p, p, dtype=torch.bool, device=prompt_mask.device).tril()
+    real_key = prompt_mask.bool()[:, None, None, :]
+    eye = torch.eye(p, dtype=torch.bool, device=prompt_mask.device)
+    return causal & (real_key | eye)  # a pad query attends to itself only (no NaN rows)
+
+
+@torch.no_grad()
+def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
+           generator: torch.Generator | None = None) -> Rollout:
+    """Sample one completion per prompt (repeat prompts for G per group).
+
+    prompts: N id lists (any lengths). Returns a `Rollout` on the model's device.
+    """
+    _check_gpt2(model)
+    device = model.transformer.wte.weight.device
+    dtype = model.transformer.wte.weight.dtype
+    prompt_ids, prompt_mask = (t.to(device) for t in left_pad(prompts, eos_id))
+    n, p = prompt_ids.shape
+    t_max = settings.max_new_tokens
+    cfg = model.config
+    if p + t_max > cfg.n_positions:
+        raise ValueError(f"prompt ({p}) + sampler.max_new_tokens ({t_max}) exceeds the "
+                         f"model's {cfg.n_positions} positions")
+    cache = KVCache(cfg.n_layer, n, cfg.n_head, p + t_max, cfg.n_embd // cfg.n_head, dtype, device)
+    key_ok = torch.ones(n, 1, 1, p + t_max, dtype=torch.bool, device=device)
+    key_ok[:, 0, 0, :p] = prompt_mask.bool()
+    logits = cached_forward(model, prompt_ids, positions_from_mask(prompt_mask), cache, 0,
+                            _prefill_mask(prompt_mask))
+    next_pos = prompt_mask.sum(-1)
+    out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
+    logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    length = torch.full((n,), t_max, dtype=torch.long, device=device)
+    for t in range(t_max):
+        logits = logits.float()
+        if t < settings.min_new_tokens:
+            logits[:, eos_id] = float("-inf")
+        tok, logp = _choose(logits, settings, generator)
+        tok = torch.where(done, eos_id, tok)
+        out[:, t] = tok
+        logps[:, t] = torch.where(done, 0.0, logp)
+        ended = ~done & (tok == eos_id)
+        length = torch.where(ended, t + 1, length)
+        done |= ended
+        if bool(done.all()) or t == t_max - 1:
+            break
+        logits = cached_forward(model, tok[:, None], next_pos[:, None], cache, p + t,
+                                key_ok[:, :, :, :p + t + 1])
+        next_pos = next_pos + 1
+    width = int(length.max())
+    steps = torch.arange(width, device=device)[None, :]
+    comp_mask = (steps < length[:, None]).long()
+    return Rollout(prompt_ids, prompt_mask, out[:, :width], comp_mask,
+                   logps[:, :width] * comp_mask, ~done)
+
+
+def _choose(logits: Tensor, s: SamplingSettings, generator) -> tuple[Tensor, Tensor]:
+    """logits [N,V] -> (token [N], its policy log-prob [N])."""
+    if s.temperature == 0:
+        tok = logits.argmax(-1)
+        return tok, logits.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+    scaled = logits / s.temperature
+    logp_all = scaled.log_softmax(-1)
+    probs = filter_logits(scaled, s.top_k, s.top_p).softmax(-1)
+    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)

@@ -1,0 +1,80 @@
+"""The cached sampler agrees with transformers and with the teacher-forced forward."""
+
+import pytest
+import torch
+
+from rookworld.forward import completion_logits
+from rookworld.model import build_random
+from rookworld.sampling import (SamplingSettings, filter_logits, left_pad, positions_from_mask,
+                                sample)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_random(n_layer=2, n_embd=64, n_head=2, n_positions=128, seed=1)
+
+
+def prompts(policy):
+    return [policy.encode_prompt(t) for t in ("P: abc ", "A: a longer prompt here+", "P: x ")]
+
+
+def test_left_pad_and_positions():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert positions_from_mask(mask).tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_filter_logits_top_k_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, 2, 1.0)).tolist() == [[False, False, True, True]]
+    # nucleus 0.7: 0.5 alone is below 0.7, 0.5+0.3 crosses it: keep the first two
+    assert torch.isinf(filter_logits(logits, 0, 0.7)).tolist() == [[False, False, True, True]]
+
+
+def test_greedy_matches_transformers_generate(policy):
+    for p in prompts(policy):
+        r = sample(policy.model, [p], SamplingSettings(temperature=0, max_new_tokens=12),
+                   policy.eos_id)
+        hf = policy.model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
+                                   pad_token_id=policy.eos_id)
+        width = r.completion_ids.shape[1]
+        assert r.completion_ids[0].tolist() == hf[0, len(p):len(p) + width].tolist()
+
+
+def test_batched_left_padded_greedy_equals_one_by_one(policy):
+    ps = prompts(policy)
+    s = SamplingSettings(temperature=0, max_new_tokens=10)
+    batch = sample(policy.model, ps, s, policy.eos_id)
+    for i, p in enumerate(ps):
+        one = sample(policy.model, [p], s, policy.eos_id)
+        n = int(one.completion_mask.sum())
+        assert batch.completion_ids[i, :n].tolist() == one.completion_ids[0, :n].tolist()
+        assert torch.allclose(batch.logprobs[i, :n], one.logprobs[0, :n], atol=1e-5)
+
+
+def test_sampling_logprobs_equal_teacher_forced_logprobs(policy):
+    g = torch.Generator().manual_seed(0)
+    s = SamplingSettings(temperature=0.7, top_k=20, max_new_tokens=16)
+    r = sample(policy.model, prompts(policy) * 2, s, policy.eos_id, g)
+    logits = completion_logits(policy.model, r.prompt_ids, r.prompt_mask, r.completion_ids,
+                               r.completion_mask, temperature=0.7)
+    lp = logits.log_softmax(-1).gather(-1, r.completion_ids[..., None]).squeeze(-1)
+    assert torch.allclose(lp * r.completion_mask, r.logprobs, atol=1e-5)
+
+
+def test_same_seed_same_samples_and_min_new_tokens(policy):
+    s = SamplingSettings(temperature=1.0, max_new_tokens=8, min_new_tokens=8)
+    a = sample(policy.model, prompts(policy), s, policy.eos_id, torch.Generator().manual_seed(3))
+    b = sample(policy.model, prompts(policy), s, policy.eos_id, torch.Generator().manual_seed(3))
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    assert (a.completion_ids[:, :8] != policy.eos_id).all()  # EOS masked before min_new_tokens
+    assert a.completion_mask.sum().item() == 3 * 8
+
+
+@pytest.mark.parametrize("key,value", [("temperature", -1), ("top_p", 0.0), ("top_p", 1.5),
+                                       ("max_new_tokens", 0), ("min_new_tokens", 99)])
+def test_settings_reject_bad_values_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=f"sampler.{key}"):
+        SamplingSettings(**{key: value, "max_new_tokens": 10} if key != "max_new_tokens"
+                         else {key: value})
