@@ -1,0 +1,22 @@
+"""The `reward` config group: one module per reward family (SPEC.md, "Rewards").
+
+    reward=binary      binary.BinaryReward          +1 fully right, -1 otherwise
+    reward=graduated   graduated.GraduatedReward    partial-credit ladder
+    reward=continuous  continuous.ContinuousReward  the same parts, linearly
+    reward=engine      engine.EngineReward          P scored by the engine pool
+    reward=graduated_curriculum  curriculum.CurriculumReward  graduated -> binary
+
+The measured parts (parts.py) are shared with the evaluator.
+"""
+
+from .base import PartsReward, Reward, Scored
+from .binary import BinaryReward
+from .continuous import ContinuousReward
+from .curriculum import BlendReward, CurriculumReward
+from .engine import EngineReward
+from .graduated import GraduatedReward
+from .parts import ENV_PARTS, EVAL_CAP, POLICY_PARTS, env_parts, fen_similarity, policy_parts
+
+__all__ = ["ENV_PARTS", "EVAL_CAP", "POLICY_PARTS", "BinaryReward", "BlendReward",
+           "ContinuousReward", "CurriculumReward", "EngineReward", "GraduatedReward",
+           "PartsReward", "Reward", "Scored", "env_parts", "fen_similarity", "policy_parts"]
