@@ -1,0 +1,298 @@
+"""GRPO maths: log-probs, entropy, KL estimators, aggregators, advantages, policy loss.
+
+Pure functions of tensors (no config, no model, no logging) and two tiny classes,
+`GroupAdvantage` and `PolicyLoss`, that hold the settings chosen in conf/algorithm/.
+
+Shapes: N sequences (= prompts * G, each prompt's G completions contiguous),
+T completion length (padded), V vocabulary. `mask` [N, T] (bool or 0/1 float) is
+1 on real completion tokens (the end-of-text token included), 0 on padding.
+
+Papers behind the variants:
+- GRPO: Shao et al. 2024 (DeepSeekMath), https://arxiv.org/abs/2402.03300
+- DAPO: Yu et al. 2025, https://arxiv.org/abs/2503.14476
+- Dr. GRPO: Liu et al. 2025 (Understanding R1-Zero-Like Training), https://arxiv.org/abs/2503.20783
+- GSPO: Zheng et al. 2025 (Group Sequence Policy Optimization), https://arxiv.org/abs/2507.18071
+- KL estimators k1/k2/k3: Schulman 2020, http://joschu.net/blog/kl-approx.html
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+Aggregator = Callable[[Tensor, Tensor], Tensor]
+
+# |log ratio| above this is clamped before exp, as verl does: exp(20) ~ 4.9e8 is
+# finite in float32, so an exploding ratio shows in `ratio_max` instead of
+# turning gradients into inf * 0 = NaN.
+MAX_LOG_RATIO = 20.0
+
+
+
+def token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
+    """log pi(ids): logits [N, T, V], ids [N, T] (long) -> [N, T] float32.
+
+    logits[:, t] must be the logits that predicted ids[:, t] (already shifted by one).
+    Computed as logits[id] - logsumexp(logits) in float32: no [N, T, V] log-softmax is
+    kept for backward. logsumexp still needs one [N, T, V] float32 temporary (and bf16
+    logits are upcast), so with a 50k vocabulary callers chunk over N (a few sequences
+    per call) instead of passing the whole batch.
+    """
+    logits = logits.float()
+    picked = logits.gather(-1, ids.long().unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of softmax(logits) in nats: [..., V] -> [...] float32.
+
+    H = logsumexp(l) - sum_v p_v * l_v. Logits must be finite (raw model output, not
+    top-k-masked with -inf). Chunk over N for big vocabularies, as for token_logprobs.
+    """
+    logits = logits.float()
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+
+
+# Tokens are sampled from pi (the policy); r = ref(y) / pi(y), log r = ref_logp - logp.
+# Schulman's estimators of KL(pi || ref) = E_pi[-log r]: k1 unbiased, high variance, can be
+# negative; k2 biased, low variance; k3 unbiased, low variance, always >= 0 (GRPO's choice).
+
+def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k1 = -log r = logp - ref_logp: [N, T], [N, T] -> [N, T]."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k2 = (log r)^2 / 2: [N, T], [N, T] -> [N, T]."""
+    return 0.5 * (ref_logp - logp) ** 2
+
+
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k3 = r - 1 - log r = exp(ref_logp - logp) - (ref_logp - logp) - 1: [N, T] -> [N, T].
+
+    The estimator in the GRPO paper. Padded positions must hold finite values;
+    the aggregators then drop them.
+    """
+    log_r = ref_logp - logp
+    return torch.exp(log_r) - log_r - 1.0
+
+
+def kl_full(logits: Tensor, ref_logits: Tensor) -> Tensor:
+    """Exact KL(pi || ref) = sum_v pi_v (log pi_v - log ref_v) per position:
+    logits [N, T, V], ref_logits [N, T, V] -> [N, T] float32.
+
+    Materialises several [N, T, V] float32 tensors: chunk over N for big vocabularies.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    ref = torch.log_softmax(ref_logits.float(), dim=-1)
+    return (logp.exp() * (logp - ref)).sum(-1)
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "k1": kl_k1, "k2": kl_k2, "k3": kl_k3,
+}
+KL_ESTIMATOR_NAMES = (*KL_ESTIMATORS, "full")  # "full" needs logits: the engine calls kl_full
+
+
+
+def _masked(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """x with padded positions set to 0 (where, not multiply: inf * 0 would be NaN)."""
+    m = mask.bool()
+    return torch.where(m, x, 0.0), m
+
+
+def token_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """DAPO's token-level mean: sum over every real token in the batch / their number.
+    Long completions weigh more than short ones. [N, T], [N, T] -> scalar."""
+    xm, m = _masked(x, mask)
+    return xm.sum() / m.sum().clamp_min(1)
+
+
+def seq_mean_token_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """GRPO's mean: each sequence's mean over its real tokens, then the mean over all N
+    sequences (one with no real token counts as 0). [N, T], [N, T] -> scalar."""
+    xm, m = _masked(x, mask)
+    per_seq = xm.sum(-1) / m.sum(-1).clamp_min(1)
+    return per_seq.mean()
+
+
+class ConstantNorm:
+    """Dr. GRPO's aggregator: sum over real tokens / (N * max_len), with max_len a
+    constant (the generation budget), so no length bias enters through the normaliser.
+    (x [N, T], mask [N, T]) -> scalar."""
+
+    def __init__(self, max_len: int):
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"algorithm.loss.aggregate.max_len must be an integer >= 1, got {max_len!r}")
+        self.max_len = max_len
+
+    def __call__(self, x: Tensor, mask: Tensor) -> Tensor:
+        xm, _ = _masked(x, mask)
+        return xm.sum() / (x.shape[0] * self.max_len)
+
+    def __repr__(self) -> str:
+        return f"ConstantNorm(max_len={self.max_len})"
+
+
+
+ADVANTAGE_SCALES = ("group", "batch", "none")
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    """rewards [N] -> [N // G, G] float64, checking the shapes."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if group_size < 2 or rewards.numel() % group_size:
+        raise ValueError(f"group_size must be >= 2 and divide N={rewards.numel()}, got {group_size}")
+    return rewards.double().view(-1, group_size)
+
+
+def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
+                     min_std: float = 1e-6, clip: float | None = None) -> Tensor:
+    """rewards [N] (groups of group_size contiguous) -> advantages [N] float32.
+
+    Reward minus its group's mean, then divided by
+      "group": the group's std (unbiased, as TRL and verl), floored at min_std (GRPO);
+      "batch": the std of all N rewards, floored at min_std (group mean, batch std);
+      "none":  nothing (Dr. GRPO: std scaling over-weights near-uniform groups).
+    Finally clamped to [-clip, clip] when clip is given.
+    Each group is shifted by its first reward before the mean is taken, so a group whose
+    rewards are all equal gets advantages of exactly 0 (no rounding residue to amplify).
+    """
+    r = _grouped(rewards, group_size)
+    centered = r - r[:, :1]
+    adv = centered - centered.mean(dim=1, keepdim=True)
+    if scale == "group":
+        adv = adv / centered.std(dim=1, keepdim=True).clamp_min(min_std)
+    elif scale == "batch":
+        adv = adv / rewards.double().std().clamp_min(min_std)
+    elif scale != "none":
+        raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
+    adv = adv.reshape(-1)
+    if clip is not None:
+        adv = adv.clamp(-clip, clip)
+    return adv.float()
+
+
+def zero_variance_groups(rewards: Tensor, group_size: int, tol: float = 0.0) -> Tensor:
+    """rewards [N] -> bool [N // G]: True where a group's rewards all lie within tol of
+    each other (max - min <= tol). Such groups carry no learning signal."""
+    r = _grouped(rewards, group_size)
+    return (r.amax(dim=1) - r.amin(dim=1)) <= tol
+
+
+class GroupAdvantage:
+    """Advantages from rewards, per group of G completions of one prompt.
+
+    scale: "group" (GRPO, arXiv 2402.03300), "batch" (group mean, batch std), or "none"
+    (Dr. GRPO, arXiv 2503.20783). min_std: floor on the std divided by (TRL adds 1e-4;
+    a floor differs only when the std is below ~1e-2). clip: optional |advantage| bound.
+    Call: (rewards [N], group_size) -> advantages [N] float32.
+    """
+
+    def __init__(self, scale: str = "group", min_std: float = 1e-6, clip: float | None = None):
+        if scale not in ADVANTAGE_SCALES:
+            raise ValueError(f"algorithm.advantage.scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
+        if scale != "none" and not min_std > 0:
+            raise ValueError(f"algorithm.advantage.min_std must be > 0 when scaling by a std, got {min_std}")
+        if clip is not None and not clip > 0:
+            raise ValueError(f"algorithm.advantage.clip must be > 0 or null, got {clip}")
+        self.scale, self.min_std, self.clip = scale, float(min_std), clip
+
+    def __call__(self, rewards: Tensor, group_size: int) -> Tensor:
+        return group_advantages(rewards, group_size, self.scale, self.min_std, self.clip)
+
+    def __repr__(self) -> str:
+        return f"GroupAdvantage(scale={self.scale!r}, min_std={self.min_std}, clip={self.clip})"
+
+
+
+RATIO_LEVELS = ("token", "sequence")
+
+
+def token_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """log(pi / pi_old) per token, 0 on padding, clamped to +-MAX_LOG_RATIO:
+    [N, T], [N, T], [N, T] -> [N, T]."""
+    return torch.where(mask.bool(), logp - old_logp, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+
+def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's length-normalised sequence log ratio, log s_i = mean_t log(pi / pi_old) over
+    the sequence's real tokens, broadcast to every position: [N, T] x3 -> [N, T].
+
+    Broadcasting keeps GSPO's gradient: mean_t of f(s_i) is f(s_i), and
+    d s_i = s_i * mean_t d log pi_t (arXiv 2507.18071)."""
+    m = mask.bool()
+    per_seq = torch.where(m, logp - old_logp, 0.0).sum(-1) / m.sum(-1).clamp_min(1)
+    return per_seq.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).unsqueeze(-1).expand_as(logp)
+
+
+def clip_stats(ratio: Tensor, adv: Tensor, mask: Tensor, clip_low: float,
+               clip_high: float) -> dict[str, Tensor]:
+    """Shares of real tokens whose gradient the clip removes, and ratio summaries.
+    ratio [N, T], adv [N, 1], mask [N, T] -> scalars (detached).
+    clip_frac_low: ratio < 1 - clip_low with a negative advantage;
+    clip_frac_high: ratio > 1 + clip_high with a positive advantage."""
+    ratio, m = ratio.detach(), mask.bool()
+    low = (ratio < 1 - clip_low) & (adv < 0)
+    high = (ratio > 1 + clip_high) & (adv > 0)
+    return {
+        "clip_frac_low": token_mean(low.float(), m),
+        "clip_frac_high": token_mean(high.float(), m),
+        "ratio_mean": token_mean(ratio, m),
+        "ratio_max": torch.where(m, ratio, 0.0).amax(),  # 0 when there is no real token
+    }
+
+
+class PolicyLoss:
+    """PPO-style clipped surrogate with per-sequence advantages, GRPO family.
+
+    per token: -min(ratio * A_i, clip(ratio, 1 - clip_low, 1 + clip_high) * A_i),
+    then `aggregate(per_token, mask)`.
+
+    The ratio is ALWAYS pi_theta / pi_old, with old_logp the log-probs of the policy that
+    SAMPLED the completions (kept from the rollout) - never the reference model: a ratio
+    against the reference sits outside the clip range and zeroes most gradients. With
+    num_iterations = 1 (one update per rollout) the ratio is exactly 1 and the clip is inert.
+
+    clip_low, clip_high: 0.2 and 0.2 in GRPO/PPO (arXiv 2402.03300); DAPO's clip-higher
+      raises clip_high to 0.28 (arXiv 2503.14476); GSPO clips the sequence ratio at
+      3e-4 / 4e-4 (arXiv 2507.18071).
+    ratio_level: "token" (PPO/GRPO) or "sequence" (GSPO: s_i = exp(mean_t(logp - old_logp))).
+    aggregate: seq_mean_token_mean (GRPO, GSPO), token_mean (DAPO), ConstantNorm(max_len)
+      (Dr. GRPO, arXiv 2503.20783). The engine uses the same `loss.aggregate` for the KL
+      and entropy terms, so every term is normalised alike.
+
+    Call: (logp [N, T], old_logp [N, T], advantages [N], mask [N, T]) -> (loss scalar,
+    stats {clip_frac_low, clip_frac_high, ratio_mean, ratio_max}: detached scalars).
+    """
+
+    def __init__(self, clip_low: float = 0.2, clip_high: float = 0.2,
+                 ratio_level: str = "token", aggregate: Aggregator = seq_mean_token_mean):
+        if not 0 < clip_low < 1:
+            raise ValueError(f"algorithm.loss.clip_low must be in (0, 1), got {clip_low}")
+        if not clip_high > 0:
+            raise ValueError(f"algorithm.loss.clip_high must be > 0, got {clip_high}")
+        if ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"algorithm.loss.ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
+        if not callable(aggregate):
+            raise ValueError(f"algorithm.loss.aggregate must be callable (x, mask) -> scalar, got {aggregate!r}")
+        self.clip_low, self.clip_high = float(clip_low), float(clip_high)
+        self.ratio_level, self.aggregate = ratio_level, aggregate
+
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor,
+                 mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        log_ratio_fn = token_log_ratio if self.ratio_level == "token" else sequence_log_ratio
+        ratio = torch.exp(log_ratio_fn(logp, old_logp.detach(), mask))
+        adv = advantages.detach().to(ratio.dtype).unsqueeze(-1)
+        clipped = ratio.clamp(1 - self.clip_low, 1 + self.clip_high)
+        per_token = -torch.minimum(ratio * adv, clipped * adv)
+        loss = self.aggregate(per_token, mask)
+        return loss, clip_stats(ratio, adv, mask, self.clip_low, self.clip_high)
+
+    def __repr__(self) -> str:
+        return (f"PolicyLoss(clip_low={self.clip_low}, clip_high={self.clip_high}, "
+                f"ratio_level={self.ratio_level!r}, aggregate={self.aggregate!r})")

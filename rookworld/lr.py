@@ -1,0 +1,174 @@
+"""Learning-rate schedules and the optimiser spec (the `optim` config group).
+
+Schedules are multipliers of the peak lr, pure functions of the 0-based optimiser step
+(nanoGPT's get_lr, as ratios), wrapped in frozen dataclasses that torch's LambdaLR calls:
+    Constant(warmup_steps)                        warmup, then 1
+    Cosine(warmup_steps, min_ratio, total_steps)  warmup, cosine from 1 down to min_ratio
+    Linear(warmup_steps, min_ratio, total_steps)  warmup, straight line down to min_ratio
+Warmup is linear, (step + 1) / (warmup_steps + 1), so step 0 already learns.
+total_steps is usually left out of the YAML: AdamWSpec.build(params, total_steps) fills it.
+
+AdamW runs on fp32 master weights: the engine keeps every parameter in float32 and uses
+bf16 autocast on GPU only, because an optimiser stepping bf16 weights rounds small
+updates to zero. build() refuses non-fp32 parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def warmup_ratio(step: int, warmup_steps: int) -> float:
+    """(step + 1) / (warmup_steps + 1) during warmup, then 1."""
+    return (step + 1) / (warmup_steps + 1) if step < warmup_steps else 1.0
+
+
+def _progress(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Share of the post-warmup steps done, in [0, 1]."""
+    return min(max((step - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0), 1.0)
+
+
+def cosine_ratio(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Warmup, then min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2;
+    min_ratio from total_steps on."""
+    if step < warmup_steps:
+        return warmup_ratio(step, warmup_steps)
+    cos = 0.5 * (1.0 + math.cos(math.pi * _progress(step, warmup_steps, total_steps)))
+    return min_ratio + (1.0 - min_ratio) * cos
+
+
+def linear_ratio(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Warmup, then 1 - (1 - min_ratio) * progress; min_ratio from total_steps on."""
+    if step < warmup_steps:
+        return warmup_ratio(step, warmup_steps)
+    return 1.0 - (1.0 - min_ratio) * _progress(step, warmup_steps, total_steps)
+
+
+def _check(ok: bool, key: str, rule: str, value) -> None:
+    if not ok:
+        raise ValueError(f"optim.{key} must be {rule}, got {value!r}")
+
+
+def _check_schedule(warmup_steps, min_ratio, total_steps) -> None:
+    ok_int = isinstance(warmup_steps, int) and not isinstance(warmup_steps, bool)
+    _check(ok_int and warmup_steps >= 0, "schedule.warmup_steps", "an integer >= 0", warmup_steps)
+    _check(0.0 <= min_ratio <= 1.0, "schedule.min_ratio", "in [0, 1]", min_ratio)
+    if total_steps is not None:
+        _check(total_steps >= max(warmup_steps, 1), "schedule.total_steps",
+               f"an integer >= max(1, warmup_steps={warmup_steps})", total_steps)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """Linear warmup over warmup_steps, then the peak lr."""
+
+    warmup_steps: int = 0
+    total_steps: int | None = None  # accepted so every schedule binds alike; unused
+
+    def __post_init__(self):
+        _check_schedule(self.warmup_steps, 0.0, self.total_steps)
+
+    def __call__(self, step: int) -> float:
+        return warmup_ratio(step, self.warmup_steps)
+
+
+@dataclass(frozen=True)
+class Cosine:
+    """Linear warmup, then cosine decay to min_ratio * peak at total_steps."""
+
+    warmup_steps: int = 0
+    min_ratio: float = 0.1
+    total_steps: int | None = None
+
+    def __post_init__(self):
+        _check_schedule(self.warmup_steps, self.min_ratio, self.total_steps)
+
+    def __call__(self, step: int) -> float:
+        _check(self.total_steps is not None, "schedule.total_steps", "set (build() sets it)", None)
+        return cosine_ratio(step, self.warmup_steps, self.total_steps, self.min_ratio)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Linear warmup, then linear decay to min_ratio * peak at total_steps."""
+
+    warmup_steps: int = 0
+    min_ratio: float = 0.0
+    total_steps: int | None = None
+
+    def __post_init__(self):
+        _check_schedule(self.warmup_steps, self.min_ratio, self.total_steps)
+
+    def __call__(self, step: int) -> float:
+        _check(self.total_steps is not None, "schedule.total_steps", "set (build() sets it)", None)
+        return linear_ratio(step, self.warmup_steps, self.total_steps, self.min_ratio)
+
+
+Schedule = Constant | Cosine | Linear
+
+
+class AdamWSpec:
+    """AdamW settings plus an lr schedule; the engine calls build() once it knows the
+    number of steps and clip_gradients() before each optimiser step.
+
+    lr: peak learning rate. weight_decay: decoupled decay, applied to matrices only
+    (params with dim >= 2, as nanoGPT; biases, LayerNorm and other vectors are not
+    decayed). betas, eps: Adam's. grad_clip: max global grad norm, or None for no clip.
+    schedule: a Constant / Cosine / Linear (default Constant()).
+    """
+
+    def __init__(self, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999),
+                 eps: float = 1e-8, grad_clip: float | None = 1.0, schedule: Schedule | None = None):
+        _check(lr > 0, "lr", "> 0", lr)
+        _check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
+        betas = tuple(float(b) for b in betas)
+        _check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", "two numbers in [0, 1)", betas)
+        _check(eps > 0, "eps", "> 0", eps)
+        _check(grad_clip is None or grad_clip > 0, "grad_clip", "> 0 or null (no clipping)", grad_clip)
+        self.lr, self.weight_decay, self.betas, self.eps = float(lr), float(weight_decay), betas, float(eps)
+        self.grad_clip = None if grad_clip is None else float(grad_clip)
+        self.schedule = Constant() if schedule is None else schedule
+
+    def build(self, params: Iterable[torch.nn.Parameter],
+              total_steps: int) -> tuple[torch.optim.AdamW, LambdaLR]:
+        """AdamW over the trainable params, and a LambdaLR stepping the schedule bound to
+        total_steps. Raises if any trainable parameter is not float32."""
+        params = [p for p in params if p.requires_grad]
+        low = sorted({str(p.dtype) for p in params if p.dtype != torch.float32})
+        if low:
+            raise ValueError(f"AdamW needs fp32 master weights, got parameters in {low}: "
+                             "keep the model in float32 and use autocast for bf16")
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": self.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=self.lr,
+                                betas=self.betas, eps=self.eps)
+        schedule = dataclasses.replace(self.schedule, total_steps=total_steps)
+        return opt, LambdaLR(opt, schedule)
+
+    def clip_gradients(self, params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
+        """Clip the global grad norm to grad_clip (no-op when None); return the norm
+        measured before clipping (inf/NaN when a gradient is non-finite)."""
+        max_norm = math.inf if self.grad_clip is None else self.grad_clip
+        return torch.nn.utils.clip_grad_norm_(list(params), max_norm)
+
+    def __repr__(self) -> str:
+        return (f"AdamWSpec(lr={self.lr}, weight_decay={self.weight_decay}, betas={self.betas}, "
+                f"eps={self.eps}, grad_clip={self.grad_clip}, schedule={self.schedule})")
+
+
+def scale_lr(scheduler: LambdaLR, factor: float) -> None:
+    """Multiply the peak lr (every base lr) and the current lr by factor, e.g. 0.5 for the
+    NaN guard's back-off. base_lrs is in scheduler.state_dict(), so a resume keeps it."""
+    if not factor > 0:
+        raise ValueError(f"scale_lr: factor must be > 0, got {factor!r}")
+    scheduler.base_lrs = [b * factor for b in scheduler.base_lrs]
+    for group in scheduler.optimizer.param_groups:
+        group["lr"] *= factor
