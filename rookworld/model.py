@@ -41,6 +41,16 @@ class Policy:
     def decode(self, ids) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def decode_completions(self, completion_ids, completion_mask) -> list[str]:
+        """[N,T] sampled ids + mask -> N texts, the final end-of-text dropped."""
+        texts = []
+        for ids, n in zip(completion_ids.tolist(), completion_mask.sum(-1).tolist()):
+            ids = ids[:int(n)]
+            if ids and ids[-1] == self.eos_id:
+                ids = ids[:-1]
+            texts.append(self.tokenizer.decode(ids, skip_special_tokens=False))
+        return texts
+
 
 def build_char_tokenizer(alphabet: str = CHAR_ALPHABET) -> PreTrainedTokenizerFast:
     """One token per character, id 0 = <|endoftext|> (end of text and padding)."""

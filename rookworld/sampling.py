@@ -204,3 +204,29 @@ def _choose(logits: Tensor, s: SamplingSettings, generator) -> tuple[Tensor, Ten
     probs = filter_logits(scaled, s.top_k, s.top_p).softmax(-1)
     tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def per_task_settings(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                      max_new_tokens: int = 160, min_new_tokens: int = 0,
+                      per_task: dict | None = None) -> dict[str, SamplingSettings]:
+    """The `sampler` group: shared settings, each overridable per task, e.g.
+    per_task={"A": {"max_new_tokens": 110}} -> {"P": SamplingSettings, "A": ...}."""
+    base = dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+    per_task = dict(per_task or {})
+    unknown = set(per_task) - {"P", "A"}
+    if unknown:
+        raise ValueError(f"sampler.per_task has unknown tasks {sorted(unknown)}; use P and A")
+    out = {}
+    for task in ("P", "A"):
+        over = dict(per_task.get(task) or {})
+        bad = set(over) - set(base)
+        if bad:
+            raise ValueError(f"sampler.per_task.{task} has unknown keys {sorted(bad)}; "
+                             f"allowed: {sorted(base)}")
+        try:
+            out[task] = SamplingSettings(**(base | over))
+        except ValueError as e:
+            raise ValueError(str(e).replace("sampler.", f"sampler.per_task.{task}.")
+                             if over else str(e)) from None
+    return out

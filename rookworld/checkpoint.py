@@ -1,0 +1,139 @@
+"""Atomic checkpoints and the metrics file.
+
+A checkpoint directory `checkpoints/step-XXXXXX` holds `model/` (safetensors,
+config, tokenizer), `ref/` when the reference drifts (periodic sync), and
+`state.pt` (optimiser, scheduler, KL controller, guards, RNG states, next step)
+loaded with `torch.load(weights_only=True)`: nothing is unpickled. Each is
+written to a temporary directory and renamed into place, and `latest` is
+updated by rename, so a kill never leaves a half-written checkpoint that
+would be loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+LATEST = "latest"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(int(x) for x in state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
+    """Write checkpoint `next_step` (steps 0..next_step-1 are done) atomically."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{next_step:06d}"
+    tmp = root / f".tmp-step-{next_step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    engine.model.save_pretrained(tmp / "model", safe_serialization=True)
+    engine.policy.tokenizer.save_pretrained(tmp / "model")
+    if engine.ref is not None and engine.ref_sync_every:
+        engine.ref.save_pretrained(tmp / "ref", safe_serialization=True)
+    state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
+    torch.save(state, tmp / "state.pt")
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    atomic_write_text(root / LATEST, final.name)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    pointer = Path(run_dir) / "checkpoints" / LATEST
+    if not pointer.exists():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if (path / "state.pt").exists() else None
+
+
+def load_weights(model, directory: Path) -> None:
+    """Load safetensors weights into an existing model (tied lm_head may be absent)."""
+    sd = load_file(str(Path(directory) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"checkpoint {directory} does not fit the model: missing {missing}, "
+                         f"unexpected {unexpected}")
+    model.tie_weights()
+
+
+def load_checkpoint(path: Path, engine) -> dict:
+    """Restore model, reference, optimiser, scheduler, KL state; return the state dict."""
+    state = torch.load(Path(path) / "state.pt", weights_only=True)
+    load_weights(engine.model, Path(path) / "model")
+    if engine.ref is not None and (Path(path) / "ref").exists():
+        load_weights(engine.ref, Path(path) / "ref")
+    engine.load_state_dict(state["engine"])
+    set_rng_state(state["rng"])
+    return state
+
+
+class MetricsFile:
+    """JSON lines, one row per step (and per evaluation); each row is written with a
+    single write and fsync, so a kill leaves at most one torn last line, which
+    `read` skips."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def append(self, row: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, default=float) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows
+
+    def truncate_to(self, next_step: int) -> None:
+        """Keep only rows of steps before next_step (used on resume), atomically."""
+        keep = [r for r in self.read() if r.get("step", -1) < next_step]
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))

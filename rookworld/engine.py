@@ -1,0 +1,289 @@
+"""The GRPO engine: `rollout()` samples and scores, `update()` takes the PPO steps.
+
+It owns the policy, the frozen reference and the optimiser; every algorithmic
+choice (advantages, policy loss, aggregation, KL schedule, reward) is an
+object injected from config. The maths lives in `grpo.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import resource
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from . import grpo
+from .chess_tasks import Sample
+from .forward import chunked, completion_logits
+from .lr import scale_lr
+from .sampling import Rollout, SamplingSettings, sample
+
+
+@dataclass
+class Batch:
+    """One rollout batch: N = prompts x G rows, in group order (row i is group i // G)."""
+
+    samples: list[Sample]
+    rollout: Rollout
+    texts: list[str]
+    temperature: Tensor          # [N] the temperature each row was sampled with
+    rewards: Tensor              # [N]
+    advantages: Tensor           # [N]
+    loss_mask: Tensor            # [N,T] completion mask, zeroed for dropped groups
+    ref_logprobs: Tensor | None  # [N,T]
+    metrics: dict = field(default_factory=dict)
+
+
+def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) -> Rollout:
+    """Scatter per-task rollouts (row indices, rollout) into one [N,...] rollout:
+    prompts re-left-padded, completions right-padded to common widths."""
+    p = max(r.prompt_ids.shape[1] for _, r in parts)
+    t = max(r.completion_ids.shape[1] for _, r in parts)
+    dev = parts[0][1].prompt_ids.device
+    out = Rollout(torch.full((n, p), pad_id, dtype=torch.long, device=dev),
+                  torch.zeros((n, p), dtype=torch.long, device=dev),
+                  torch.full((n, t), pad_id, dtype=torch.long, device=dev),
+                  torch.zeros((n, t), dtype=torch.long, device=dev),
+                  torch.zeros((n, t), device=dev), torch.zeros(n, dtype=torch.bool, device=dev))
+    for rows, r in parts:
+        idx = torch.tensor(rows, device=dev)
+        rp, rt = r.prompt_ids.shape[1], r.completion_ids.shape[1]
+        out.prompt_ids[idx, p - rp:] = r.prompt_ids
+        out.prompt_mask[idx, p - rp:] = r.prompt_mask
+        out.completion_ids[idx, :rt] = r.completion_ids
+        out.completion_mask[idx, :rt] = r.completion_mask
+        out.logprobs[idx, :rt] = r.logprobs
+        out.truncated[idx] = r.truncated
+    return out
+
+
+def _masked_mean(x: Tensor, mask: Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class GRPOEngine:
+    """policy: `model.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
+    curriculum stage); advantage/loss: `grpo.GroupAdvantage`/`grpo.PolicyLoss`;
+    kl: a `kl.*` schedule; optim: `lr.AdamWSpec`; sampling: per-task settings;
+    kl_estimator: k1|k2|k3|full, the estimator inside the loss; entropy_coef:
+    bonus weight (entropy is measured and logged either way); zero_variance: keep
+    or drop groups whose rewards are all equal; micro_batch: rows per forward
+    (0 = all); use_reference: keep a frozen reference (needed by KL schedules with
+    beta > 0 and by the KL guard); ref_sync_every/ref_sync_alpha: periodic
+    ref <- alpha*policy + (1-alpha)*ref (0 = never); nan_lr_backoff: factor on the
+    learning rate after an update skipped for non-finite loss or gradients."""
+
+    def __init__(self, policy, reward, advantage, loss, kl, optim,
+                 sampling: dict[str, SamplingSettings], num_generations: int, total_steps: int,
+                 num_iterations: int = 1, kl_estimator: str = "k3", entropy_coef: float = 0.0,
+                 zero_variance: str = "keep", micro_batch: int = 0, use_reference: bool = True,
+                 ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
+                 nan_lr_backoff: float = 0.5, device: str = "cpu"):
+        self.policy, self.reward, self.advantage, self.loss, self.kl = (
+            policy, reward, advantage, loss, kl)
+        self.sampling, self.G, self.seed = sampling, num_generations, seed
+        self.num_iterations, self.kl_estimator = num_iterations, kl_estimator
+        self.entropy_coef, self.zero_variance, self.micro_batch = (
+            entropy_coef, zero_variance, micro_batch)
+        self.ref_sync_every, self.ref_sync_alpha = ref_sync_every, ref_sync_alpha
+        self.device = torch.device(device)
+        self.model = policy.model.to(self.device).float().eval()  # dropout is 0; eval anyway
+        self.ref = None
+        if use_reference:
+            self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.optim = optim
+        self.optimizer, self.scheduler = optim.build(
+            [p for p in self.model.parameters() if p.requires_grad], total_steps)
+        self.nan_lr_backoff = nan_lr_backoff
+
+    # ---------------------------------------------------------------- rollout
+    def _generator(self, step: int, salt: int) -> torch.Generator:
+        g = torch.Generator(device=self.device)
+        return g.manual_seed(self.seed * 1_000_003 + step * 101 + salt)
+
+    def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
+        rows = [s for s in samples for _ in range(self.G)]
+        parts, temps = [], torch.ones(len(rows), device=self.device)
+        for salt, task in enumerate(sorted({s.task for s in rows})):
+            idx = [i for i, s in enumerate(rows) if s.task == task]
+            settings = self.sampling[task]
+            prompts = [self.policy.encode_prompt(rows[i].prompt) for i in idx]
+            parts.append((idx, sample(self.model, prompts, settings, self.policy.eos_id,
+                                      self._generator(step, salt))))
+            temps[idx] = settings.temperature or 1.0
+        return merge_rollouts(parts, len(rows), self.policy.eos_id), temps
+
+    def score(self, rows: list[Sample], texts: list[str], step: int):
+        reward = self.reward.at(step)
+        scored = [reward(s, t) for s, t in zip(rows, texts)]
+        return torch.tensor([x.score for x in scored], dtype=torch.float32), scored
+
+    def rollout(self, samples: list[Sample], step: int) -> Batch:
+        t0 = time.perf_counter()
+        r, temps = self.sample_rows(samples, step)
+        t1 = time.perf_counter()
+        rows = [s for s in samples for _ in range(self.G)]
+        texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
+        rewards, scored = self.score(rows, texts, step)
+        t2 = time.perf_counter()
+        adv = self.advantage(rewards, self.G).to(self.device)
+        zero = grpo.zero_variance_groups(rewards, self.G)
+        loss_mask = r.completion_mask.float()
+        if self.zero_variance == "drop":
+            loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
+                self.device)
+        ref_lp = self._ref_logprobs(r, temps) if self.ref is not None else None
+        t3 = time.perf_counter()
+        m = self._rollout_metrics(rows, texts, scored, rewards, adv, zero, r)
+        m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
+        return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m)
+
+    @torch.no_grad()
+    def _ref_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
+        def fn(pi, pm, ci, cm, tt):
+            logits = completion_logits(self.ref, pi, pm, ci, cm) / tt[:, None, None]
+            return grpo.token_logprobs(logits, ci)
+        return chunked(fn, self.micro_batch, r.prompt_ids, r.prompt_mask, r.completion_ids,
+                       r.completion_mask, temps) * r.completion_mask
+
+    def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
+        m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
+             if len(rewards) > 1 else 0.0}
+        by_task = defaultdict(list)
+        for s, x in zip(rows, scored):
+            by_task[s.task].append(x)
+        for task, xs in by_task.items():
+            m[f"reward/{task}/mean"] = sum(x.score for x in xs) / len(xs)
+            m[f"reward/{task}/std"] = float(torch.tensor([x.score for x in xs]).std(0)) \
+                if len(xs) > 1 else 0.0
+            for part in xs[0].parts:
+                m[f"reward/{task}/{part}"] = sum(x.parts[part] for x in xs) / len(xs)
+        groups = [texts[i:i + self.G] for i in range(0, len(texts), self.G)]
+        lengths = r.completion_mask.sum(-1).float()
+        m.update({
+            "groups/zero_variance_share": float(zero.float().mean()),
+            "groups/identical_share": sum(1 - len(set(g)) / len(g) for g in groups) / len(groups),
+            "adv/std": float(adv.std(0)) if len(adv) > 1 else 0.0,
+            "adv/abs_mean": float(adv.abs().mean()),
+            "sample/len_mean": float(lengths.mean()), "sample/len_max": float(lengths.max()),
+            "sample/truncated_share": float(r.truncated.float().mean()),
+            "sample/tokens": float(lengths.sum()),
+        })
+        return m
+
+    # ----------------------------------------------------------------- update
+    def _forward(self, b: Batch, rows: slice):
+        r = b.rollout
+        logits = completion_logits(self.model, r.prompt_ids[rows], r.prompt_mask[rows],
+                                   r.completion_ids[rows], r.completion_mask[rows])
+        return logits / b.temperature[rows, None, None]
+
+    def _micro_slices(self, n: int) -> list[slice]:
+        size = n if self.micro_batch <= 0 else self.micro_batch
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def _loss(self, b: Batch, rows: slice, beta: float):
+        logits = self._forward(b, rows)
+        ids, mask = b.rollout.completion_ids[rows], b.loss_mask[rows]
+        logp = grpo.token_logprobs(logits, ids)
+        pg, stats = self.loss(logp, b.rollout.logprobs[rows], b.advantages[rows], mask)
+        agg = self.loss.aggregate
+        ent = grpo.entropy_from_logits(logits)
+        parts = {"loss/policy": pg.detach(), "policy/entropy": agg(ent.detach(), mask)}
+        total = pg - self.entropy_coef * agg(ent, mask) if self.entropy_coef else pg
+        if b.ref_logprobs is not None:
+            ref_lp = b.ref_logprobs[rows]
+            for name in ("k1", "k2", "k3"):
+                parts[f"kl/{name}"] = grpo.token_mean(
+                    grpo.KL_ESTIMATORS[name](logp.detach(), ref_lp), mask)
+            if beta > 0:
+                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp)
+                kl_term = agg(kl_tok, mask)
+                parts["loss/kl"] = kl_term.detach() * beta
+                total = total + beta * kl_term
+        parts.update({k: v.detach() for k, v in stats.items()})
+        return total, parts
+
+    def _kl_tokens(self, b, rows, logits, logp, ref_lp):
+        if self.kl_estimator != "full":
+            return grpo.KL_ESTIMATORS[self.kl_estimator](logp, ref_lp)
+        r = b.rollout
+        with torch.no_grad():
+            ref_logits = completion_logits(self.ref, r.prompt_ids[rows], r.prompt_mask[rows],
+                                           r.completion_ids[rows], r.completion_mask[rows])
+        return grpo.kl_full(logits, ref_logits / b.temperature[rows, None, None])
+
+    def update(self, b: Batch, step: int) -> dict:
+        t0 = time.perf_counter()
+        beta = self.kl.coef(step)
+        n = b.rollout.completion_ids.shape[0]
+        agg = defaultdict(float)
+        skipped = 0
+        for it in range(self.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for rows in self._micro_slices(n):
+                w = self._weight(b, rows)
+                loss, parts = self._loss(b, rows, beta)
+                (loss * w).backward()
+                total += float(loss.detach()) * w
+                if it == 0:
+                    for k, v in parts.items():
+                        agg[k] += float(v) * w
+            grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
+            if not (math.isfinite(total) and math.isfinite(grad_norm)):
+                self.optimizer.zero_grad(set_to_none=True)
+                scale_lr(self.scheduler, self.nan_lr_backoff)
+                skipped = 1
+                break
+            self.optimizer.step()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        if self.ref is not None and "kl/k3" in agg:
+            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"] if self.kl_estimator != "full" \
+                else agg["kl/k3"]
+            self.kl.update(agg["kl/value"], step)
+        self._maybe_sync_reference(step)
+        m = dict(agg)
+        m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
+                  "optim/lr": lr, "guard/nan_skipped": skipped,
+                  "time/update_s": time.perf_counter() - t0})
+        if "loss/kl" in m:
+            m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
+                                                          1e-12)
+        return m
+
+    def _weight(self, b: Batch, rows: slice) -> float:
+        """Share of the aggregator's normaliser held by these rows, so summed
+        micro-batch losses equal the whole-batch loss."""
+        if getattr(self.loss.aggregate, "func", self.loss.aggregate) is grpo.token_mean:
+            return float(b.loss_mask[rows].sum() / b.loss_mask.sum().clamp(min=1))
+        return (rows.stop - rows.start) / b.loss_mask.shape[0]
+
+    @torch.no_grad()
+    def _maybe_sync_reference(self, step: int) -> None:
+        if self.ref is None or not self.ref_sync_every or (step + 1) % self.ref_sync_every:
+            return
+        for pr, pp in zip(self.ref.parameters(), self.model.parameters()):
+            pr.mul_(1 - self.ref_sync_alpha).add_(pp, alpha=self.ref_sync_alpha)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "kl": self.kl.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.optimizer.load_state_dict(d["optimizer"])
+        self.scheduler.load_state_dict(d["scheduler"])
+        self.kl.load_state_dict(d["kl"])

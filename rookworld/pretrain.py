@@ -1,0 +1,157 @@
+"""Supervised pre-training of the embedded model: `python -m rookworld.pretrain`.
+
+Next-token loss on completions only (prompt tokens masked), on the project's
+P and A samples in the exact RookWorld formats, with the character tokenizer.
+Resumable (`resume=true` continues from out_dir/checkpoint), time-boxed
+(`max_minutes`), and it writes the model in the hub layout plus a model card
+whose figures are the greedy held-out metrics it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import hydra
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from .checkpoint import atomic_write_text
+from .config import WHITELIST, instantiate
+from .data_io import read_samples
+from .evaluation import Evaluator
+from .model import save_policy
+
+
+def encode(policy, samples) -> list[tuple[list[int], int]]:
+    """-> (prompt + completion + end-of-text ids, prompt length) per sample."""
+    out = []
+    for s in samples:
+        p = policy.encode_prompt(s.prompt)
+        c = policy.tokenizer(s.completion, add_special_tokens=False)["input_ids"]
+        out.append((p + c + [policy.eos_id], len(p)))
+    return out
+
+
+def make_batch(rows: list[tuple[list[int], int]], pad_id: int):
+    """Right-padded ids [B,S], labels [B,S] (-100 on prompt and padding)."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (seq, plen) in enumerate(rows):
+        ids[i, :len(seq)] = torch.tensor(seq)
+        labels[i, plen:len(seq)] = torch.tensor(seq[plen:])
+    return ids, labels
+
+
+def lm_loss(model, ids, labels) -> torch.Tensor:
+    logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                           ignore_index=-100)
+
+
+def get_lr(step: int, cfg) -> float:
+    """Linear warmup, cosine decay to min_lr at cfg.steps (nanoGPT's get_lr)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min((step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1), 1.0)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
+    tmp = out / ".checkpoint.tmp"
+    save_policy(policy, tmp / "model")
+    torch.save({"opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                "rng": torch.get_rng_state()}, tmp / "state.pt")
+    final = out / "checkpoint"
+    if final.exists():
+        import shutil
+        shutil.rmtree(final)
+    tmp.rename(final)
+
+
+@hydra.main(config_path="../conf", config_name="pretrain", version_base="1.3",
+            execution_whitelist=WHITELIST)
+def main(cfg: DictConfig) -> None:
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    train = read_samples(cfg.data.train)
+    held_out = read_samples(cfg.data.eval)
+    policy = instantiate(cfg.model)
+    step, elapsed = 0, 0.0
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                            weight_decay=cfg.weight_decay)
+    if cfg.resume and (out / "checkpoint" / "state.pt").exists():
+        from .checkpoint import load_weights
+        load_weights(policy.model, out / "checkpoint" / "model")
+        state = torch.load(out / "checkpoint" / "state.pt", weights_only=True)
+        opt.load_state_dict(state["opt"])
+        step, elapsed = state["step"], state["elapsed"]
+        torch.set_rng_state(state["rng"])
+    rows = encode(policy, train)
+    rng = random.Random(cfg.seed + step)
+    model = policy.model.train()
+    t0 = time.perf_counter() - elapsed
+    bar = tqdm(total=cfg.steps, initial=step, desc="pretrain", mininterval=5)
+    log = open(out / "pretrain_log.jsonl", "a")
+    while step < cfg.steps and (time.perf_counter() - t0) < cfg.max_minutes * 60:
+        for g in opt.param_groups:
+            g["lr"] = get_lr(step, cfg)
+        ids, labels = make_batch(rng.sample(rows, cfg.batch_size), policy.eos_id)
+        loss = lm_loss(model, ids, labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        log.write(json.dumps({"step": step, "loss": loss.item(), "lr": get_lr(step - 1, cfg),
+                              "elapsed_s": time.perf_counter() - t0}) + "\n")
+        if step % cfg.checkpoint_every == 0:
+            log.flush()
+            save_state(out, policy, opt, step, time.perf_counter() - t0)
+    bar.close()
+    log.close()
+    elapsed = time.perf_counter() - t0
+    save_state(out, policy, opt, step, elapsed)
+    model.eval()
+    report = {"steps": step, "minutes": elapsed / 60, "samples_seen": step * cfg.batch_size,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "eval": measure(policy, cfg, held_out)}
+    save_policy(policy, out / "model")
+    atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))
+    print(json.dumps(report["eval"], indent=2))
+    if cfg.export_to:
+        export(policy, cfg, report)
+
+
+def measure(policy, cfg, held_out) -> dict:
+    """Greedy metrics on the held-out split and on the external set (if configured)."""
+    settings = instantiate(cfg.sampler)
+    reward = instantiate(cfg.reward)
+    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.eval_per_task)(
+        policy, reward)[0]}
+    if cfg.data.get("external_eval") and Path(cfg.data.external_eval).exists():
+        ext = read_samples(cfg.data.external_eval)
+        results["external"] = Evaluator(ext, settings)(policy, reward)[0]
+    return results
+
+
+def export(policy, cfg, report: dict) -> None:
+    """Write the shipped model (safetensors, config, tokenizer) and its model card."""
+    dest = Path(cfg.export_to).expanduser().resolve()
+    save_policy(policy, dest)
+    from .model_card import model_card
+    atomic_write_text(dest / "MODEL_CARD.md", model_card(cfg, report))
+    print(f"[rookworld] exported model to {dest}")
+
+
+if __name__ == "__main__":
+    main()

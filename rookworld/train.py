@@ -1,0 +1,224 @@
+"""GRPO training: `python -m rookworld.train [group=option ...] [key=value ...]`.
+
+The only place that instantiates config. The loop: draw prompts from the task
+mix, sample G completions each, score them, take the PPO-clipped step with a
+KL term against the frozen reference, log, evaluate, checkpoint; record the
+outcome (success, kl_failure, nan_failure, error) in the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from .checkpoint import (
+    MetricsFile,
+    atomic_write_text,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from .config import WHITELIST, ConfigError, instantiate, prompts_per_step, validate
+from .data_io import load_data
+from .engine import GRPOEngine, peak_memory_mb
+from .evaluation import Evaluator
+from .guards import KLGuard, NaNGuard, Outcome
+
+
+@dataclass
+class Parts:
+    """Everything built from config before the model: cheap, validated first."""
+
+    kl: object
+    algorithm: DictConfig
+    optim: object
+    sampling: dict
+    task_mix: object
+    kl_guard: KLGuard | None
+    nan_guard: NaNGuard
+    loggers: list = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    outcome: Outcome
+    run_dir: Path
+    initial_eval: dict
+    final_eval: dict
+    objective: float
+
+
+def build_parts(cfg: DictConfig) -> Parts:
+    validate(cfg)
+    kl = instantiate(cfg.kl)
+    if kl.needs_reference and not cfg.reference.enabled:
+        raise ConfigError(f"kl={type(kl).__name__} needs a reference model but "
+                          "reference.enabled=false; set reference.enabled=true or kl=none")
+    g = cfg.guard
+    kl_guard = KLGuard(**g.kl) if g.get("kl") else None
+    if kl_guard and not cfg.reference.enabled:
+        raise ConfigError("guard.kl measures KL against the reference but reference.enabled="
+                          "false; set reference.enabled=true or guard.kl=null")
+    return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
+                 sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
+                 kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan),
+                 loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
+
+
+def build_engine(cfg: DictConfig, p: Parts, reward) -> GRPOEngine:
+    a = p.algorithm
+    return GRPOEngine(
+        policy=instantiate(cfg.model), reward=reward, advantage=a.advantage, loss=a.loss,
+        kl=p.kl, optim=p.optim, sampling=p.sampling, num_generations=cfg.num_generations,
+        total_steps=cfg.steps, num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
+        entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
+        micro_batch=cfg.micro_batch, use_reference=cfg.reference.enabled,
+        ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
+        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device)
+
+
+def _log(loggers, metrics_file: MetricsFile, row: dict, step: int) -> None:
+    metrics_file.append({"step": step, **row})
+    for lg in loggers:
+        lg.log(row, step)
+
+
+def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int) -> dict:
+    t0 = time.perf_counter()
+    m, examples = evaluator(engine.policy, engine.reward.at(step), cfg.examples_to_log)
+    m["time/eval_s"] = time.perf_counter() - t0
+    _log(loggers, metrics_file, m, step)
+    for lg in loggers:
+        lg.log_examples(examples, step)
+    return m
+
+
+def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) -> tuple:
+    metrics_file = MetricsFile(run_dir / "metrics.jsonl")
+    start, first_eval = 0, None
+    ckpt = latest_checkpoint(run_dir) if cfg.resume else None
+    if ckpt:
+        state = load_checkpoint(ckpt, engine)
+        start = state["next_step"]
+        p.nan_guard.load_state_dict(state["nan_guard"])
+        if p.kl_guard and state.get("kl_guard"):
+            p.kl_guard.load_state_dict(state["kl_guard"])
+        metrics_file.truncate_to(start)
+        first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
+    else:
+        metrics_file.truncate_to(0)
+        first_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1)
+    last_eval, n_prompts = first_eval, prompts_per_step(cfg)
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        batch = engine.rollout(p.task_mix.draw(pools, n_prompts, step, cfg.seed), step)
+        m = batch.metrics | engine.update(batch, step)
+        m["time/step_s"] = time.perf_counter() - t0
+        m["time/tokens_per_s"] = m["sample/tokens"] / m["time/step_s"]
+        m["mem/peak_mb"] = peak_memory_mb()
+        _log(loggers, metrics_file, m, step)
+        reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m else None
+        if reason:
+            return Outcome("kl_failure", step, reason), first_eval, last_eval
+        reason = p.nan_guard.check(m)
+        if reason:
+            return Outcome("nan_failure", step, reason), first_eval, last_eval
+        done = step + 1
+        if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
+            last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step)
+        if done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+            save_checkpoint(run_dir, done, engine, {
+                "nan_guard": p.nan_guard.state_dict(),
+                "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
+    return Outcome("success", cfg.steps), first_eval, last_eval
+
+
+def before_after_table(first: dict, last: dict) -> str:
+    keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
+                  and not k.startswith("eval/time")) + ["eval/reward"]
+    rows = ["| metric | before | after | change |", "|---|---|---|---|"]
+    for k in keys:
+        if k in first and k in last:
+            rows.append(f"| {k} | {first[k]:.3f} | {last[k]:.3f} | {last[k] - first[k]:+.3f} |")
+    return "\n".join(rows)
+
+
+def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
+    """Train one run in run_dir; returns its outcome and objective. Raises only for
+    errors before training starts (bad config or data) or, outside sweeps, on error."""
+    parts = build_parts(cfg)
+    pools, eval_samples = load_data(cfg, parts, run_dir)
+    if cfg.dry_run:
+        print(f"[rookworld] dry run: config valid; data in {run_dir / 'data_report.json'}")
+        return RunResult(Outcome("success", 0, "dry run"), run_dir, {}, {}, 0.0)
+    loggers = parts.loggers
+    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    for lg in loggers:
+        lg.start(run_dir, config_dict)
+    first = last = {}
+    try:
+        torch.manual_seed(cfg.seed)
+        reward = instantiate(cfg.reward)
+        engine = build_engine(cfg, parts, reward)
+        evaluator = Evaluator(eval_samples, parts.sampling,
+                              max_per_task=cfg.data.eval_per_task)
+        outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
+    except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
+        outcome = Outcome("error", -1, f"{type(e).__name__}: {e}")
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        if not multirun:
+            _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+            raise
+    return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+
+
+def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, loggers) -> RunResult:
+    ok = outcome.status == "success" and cfg.sweep.objective in last
+    objective = float(last[cfg.sweep.objective]) if ok else float(cfg.sweep.failed_objective)
+    summary = {"objective": objective, **{f"final/{k}": v for k, v in last.items()}}
+    atomic_write_text(run_dir / "outcome.json", json.dumps(
+        {**asdict(outcome), "objective": objective, "initial_eval": first,
+         "final_eval": last}, indent=2))
+    for lg in loggers:
+        lg.finish(outcome, summary)
+    if first and last:
+        table = before_after_table(first, last)
+        atomic_write_text(run_dir / "eval_before_after.md", table + "\n")
+        print("\nHeld-out greedy evaluation, before and after training:\n" + table)
+    print(f"[rookworld] outcome={outcome.status} objective={objective:.4f} outputs in {run_dir}")
+    return RunResult(outcome, run_dir, first, last, objective)
+
+
+def resolve_resume(cfg: DictConfig) -> tuple[DictConfig, Path | None]:
+    """resume=<run dir>: continue that run with its own saved config (steps may be raised)."""
+    if not cfg.resume:
+        return cfg, None
+    run_dir = Path(cfg.resume).expanduser().resolve()
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.exists():
+        raise ConfigError(f"resume={cfg.resume}: no run there ({saved} is missing)")
+    old = OmegaConf.load(saved)
+    old.steps, old.resume = cfg.steps, str(run_dir)
+    return old, run_dir
+
+
+@hydra.main(config_path="../conf", config_name="train", version_base="1.3",
+            execution_whitelist=WHITELIST)
+def main(cfg: DictConfig) -> float:
+    hc = HydraConfig.get()
+    cfg, resumed_dir = resolve_resume(cfg)
+    run_dir = resumed_dir or Path(hc.runtime.output_dir)
+    multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    return run(cfg, run_dir, multirun=multirun).objective
+
+
+if __name__ == "__main__":
+    main()
