@@ -136,23 +136,22 @@ def fen_similarity(fen: str, truth_fen: str) -> float:
     """
     toks, truth_toks = fen.split(), truth_fen.split()
     squares = _squares(toks[0] if toks else "")
-    truth_squares = _squares(truth_toks[0])
-    same_squares = sum(a == b for a, b in zip(squares, truth_squares, strict=True))
+    same_squares = sum(map(str.__eq__, squares, _truth_squares(truth_toks[0])))
     fields = toks[1:1 + FEN_FIELDS]
-    same_fields = sum(a == b for a, b in zip(fields, truth_toks[1:1 + FEN_FIELDS], strict=False))
+    same_fields = sum(map(str.__eq__, fields, truth_toks[1:1 + FEN_FIELDS]))
     # one division keeps exact ratios (e.g. 0.9) exact
     return (FEN_FIELDS * same_squares + 64 * same_fields) / (2 * 64 * FEN_FIELDS)
 
 
-def _squares(placement: str) -> list[str]:
-    """64 square symbols, rank 8 first: a piece letter, '.' empty, '?' missing."""
-    out: list[str] = []
+_EXPAND = str.maketrans({str(n): "." * n for n in range(1, 9)})
+
+
+def _squares(placement: str) -> str:
+    """64 square symbols, rank 8 first: a piece letter, '.' empty, '?' missing.
+    A rank's first 8 characters cover its 8 squares, so the rest is ignored."""
     ranks = placement.split("/", 8)[:8]
-    for rank in ranks + [""] * (8 - len(ranks)):
-        row: list[str] = []
-        for ch in rank:
-            if len(row) >= 8:
-                break
-            row.extend("." * int(ch) if ch in "12345678" else ch)
-        out.extend((row + ["?"] * 8)[:8])
-    return out
+    ranks += [""] * (8 - len(ranks))
+    return "".join((rank[:8].translate(_EXPAND) + "????????")[:8] for rank in ranks)
+
+
+_truth_squares = lru_cache(maxsize=16384)(_squares)
