@@ -89,6 +89,14 @@ def test_engine_scores_unlabelled_positions():
     assert got.parts["top5"] == 0.0 and got.parts["best"] == 0.0
 
 
+def test_engine_position_already_drawn_costs_nothing():
+    fen = "8/8/8/8/8/8/4k3/K7 w - - 0 1"  # bare kings: the pool returns no lines
+    sample = policy_sample(fen, ["a1b1"], [0.0])
+    text = policy_text(fen, ["a1a2"], [0.0], "a1a2")[len(policy_prompt(fen)):]
+    got = EngineReward(TablePool({fen: Analysis((), (), "table")}, {}))(sample, text)
+    assert got.score == 1.0 and got.parts["cp_loss"] == 0.0
+
+
 @pytest.mark.parametrize("env", [GraduatedReward(), ContinuousReward(malformed_penalty=0.5)])
 def test_engine_env_falls_back(env):
     sample = env_sample(PROMO_FEN, "e7e8q")
@@ -129,3 +137,9 @@ def test_real_engine_mate_in_one(stockfish_pool):
     assert found.score == 1.0 and found.parts["cp_loss"] == 0.0
     assert missed.score == pytest.approx(0.2) and missed.parts["cp_loss"] == 300.0
     assert reward(sample, text("g1f1")) == missed  # cached: the same score again
+
+
+def test_real_engine_bare_kings(stockfish_pool):
+    fen = "8/8/8/8/8/8/4k3/K7 w - - 0 1"
+    text = policy_text(fen, ["a1a2"], [0.0], "a1a2")[len(policy_prompt(fen)):]
+    assert EngineReward(stockfish_pool)(policy_sample(fen, ["a1b1"], [0.0]), text).score == 1.0

@@ -77,8 +77,12 @@ class EngineReward(Reward):
                             self.max_loss)
 
     def move_loss(self, fen: str, move: str) -> float:
-        """Pawns the legal `move` loses against the engine's best in `fen` (>= 0)."""
+        """Pawns the legal `move` loses against the engine's best in `fen` (>= 0).
+        A position the rules already call over (insufficient material, 75-move
+        rule: the pool returns no lines) costs nothing: every move draws."""
         analysis = self.pool.analyse(fen)
+        if not analysis.evals:
+            return 0.0
         top = max(analysis.evals)
         if move in analysis.moves:
             value = analysis.evals[list(analysis.moves).index(move)]
