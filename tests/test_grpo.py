@@ -177,10 +177,12 @@ def test_group_std_floor():
 
 
 def test_equal_rewards_give_exactly_zero_advantage():
-    # 0.1 is not exact in binary: a naive mean leaves rounding residue for std scaling to amplify
-    r = torch.full((8,), 0.1)
-    for scale in ("group", "batch", "none"):
-        assert (group_advantages(r, 8, scale, min_std=1e-12) == 0).all()
+    # float64 0.7 * 3: a naive mean leaves a residue of 1.1e-16 with a std of 1.4e-16, which
+    # std scaling would blow up to +-0.8; the shift by the group's first reward leaves exact 0
+    for G in (3, 6, 7):
+        r = torch.full((2 * G,), 0.7, dtype=torch.float64)
+        for scale in ("group", "batch", "none"):
+            assert (group_advantages(r, G, scale, min_std=1e-30) == 0).all()
 
 
 def test_group_advantages_vs_loop():
@@ -340,6 +342,32 @@ def test_policy_loss_exploding_ratio_stays_finite():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert stats["ratio_max"].item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
+def test_zero_advantage_gives_no_loss_no_gradient_no_clip_count():
+    # a zero-variance group: whatever the ratios (0.5 and 1.5 lie outside the clip range),
+    # it adds nothing to the loss or the gradient, and is not counted as clipped
+    logp = _logp()
+    loss, stats = PolicyLoss()(logp, OLD, torch.zeros(2), MASK)
+    loss.backward()
+    assert loss.item() == 0.0 and (logp.grad == 0).all()
+    assert stats["clip_frac_low"].item() == 0.0 and stats["clip_frac_high"].item() == 0.0
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_nonfinite_padding_leaves_loss_and_gradient_finite(level):
+    # garbage log-probs at padded positions must not reach the loss or, through 0 * nan,
+    # the gradient (which would then spread to every weight)
+    logp = _logp().detach()
+    logp[1, 2] = float("nan")
+    logp.requires_grad_(True)
+    old = OLD.clone()
+    old[1, 2] = float("-inf")
+    loss, stats = PolicyLoss(ratio_level=level)(logp, old, torch.tensor([1.0, -1.0]), MASK)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert all(torch.isfinite(v) for v in stats.values())
+    assert logp.grad[1, 2].item() == 0.0
 
 
 def test_policy_loss_validation():
