@@ -1,0 +1,183 @@
+"""A pool of UCI engine processes (Stockfish by default) that labels P positions.
+
+Each process runs 1 thread at a fixed search limit (depth and/or nodes) with
+MultiPV; every analysis starts from a cleared hash (`ucinewgame`), so a label
+depends only on (FEN, limit), not on what the process searched before. Results
+are cached per (FEN, limit). A process that dies is restarted and the call
+retried once; `analyse_many` spreads positions over the processes with one
+thread per process.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import chess
+import chess.engine
+
+MATE_SCORE = 100000
+INSTALL_HINT = "apt-get install -y stockfish"
+_DEFAULT_PATHS = ("/usr/games/stockfish", "/usr/bin/stockfish", "/usr/local/bin/stockfish")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """moves: the engine's MultiPV first moves in rank order (best first);
+    evals: pawns from the side to move's view, same order; label: the engine
+    and limit that made them, e.g. "stockfish 15.1 depth=8"."""
+
+    moves: tuple[str, ...]
+    evals: tuple[float, ...]
+    label: str
+
+
+def find_engine(path: str | None = None, name: str = "stockfish") -> str:
+    """The engine binary: `path` if given, else `name` on PATH, else Debian's
+    /usr/games. Raises FileNotFoundError naming the install command."""
+    if path is not None:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        raise FileNotFoundError(f"engine binary {path!r} not found or not executable; "
+                                f"install Stockfish with `{INSTALL_HINT}` or fix the path")
+    found = shutil.which(name) or next((p for p in _DEFAULT_PATHS if os.path.isfile(p)), None)
+    if found is None:
+        raise FileNotFoundError(f"no {name!r} on PATH or in {_DEFAULT_PATHS}; install it with "
+                                f"`{INSTALL_HINT}` (Debian/Ubuntu) or pass path=")
+    return found
+
+
+def pawns(score: chess.engine.PovScore) -> float:
+    """A PovScore in pawns from the side to move's view (mate in 1 = 999.99)."""
+    return score.relative.score(mate_score=MATE_SCORE) / 100
+
+
+class EnginePool:
+    """N engine processes at one fixed limit. Thread-safe; use as a context manager.
+
+    >>> with EnginePool(processes=1, depth=4) as pool:           # doctest: +SKIP
+    ...     pool.analyse(chess.STARTING_FEN).moves[:1]
+    ('e2e4',)
+    """
+
+    def __init__(self, path: str | None = None, processes: int = 2, depth: int | None = 8,
+                 nodes: int | None = None, multipv: int = 5, hash_mb: int = 16):
+        if depth is None and nodes is None:
+            raise ValueError("EnginePool needs a search limit: set depth or nodes (or both)")
+        if processes < 1 or multipv < 1:
+            raise ValueError(f"processes ({processes}) and multipv ({multipv}) must be >= 1")
+        self.path = find_engine(path)
+        self.processes, self.multipv, self.hash_mb = processes, multipv, hash_mb
+        self.limit = chess.engine.Limit(depth=depth, nodes=nodes)
+        self._engines = [self._open() for _ in range(processes)]
+        self._free: queue.Queue[int] = queue.Queue()
+        for i in range(processes):
+            self._free.put(i)
+        self._cache: dict[tuple, Analysis | float] = {}
+        self._lock = threading.Lock()
+        name = self._engines[0].id.get("name", os.path.basename(self.path))
+        parts = [f"depth={depth}"] * (depth is not None) + [f"nodes={nodes}"] * (nodes is not None)
+        self.limit_label = " ".join([name.lower(), *parts])
+        self.restarts = 0
+
+    def _open(self) -> chess.engine.SimpleEngine:
+        engine = chess.engine.SimpleEngine.popen_uci(self.path)
+        engine.configure({"Threads": 1, "Hash": self.hash_mb})
+        return engine
+
+    def pids(self) -> list[int]:
+        """Process ids of the engines (for tests and monitoring)."""
+        return [e.transport.get_pid() for e in self._engines]
+
+    def _run(self, fn):
+        """Run fn(engine) on a free engine; restart it and retry once if it died."""
+        i = self._free.get()
+        try:
+            try:
+                return fn(self._engines[i])
+            except chess.engine.EngineTerminatedError:
+                self._restart(i)
+                return fn(self._engines[i])
+        finally:
+            self._free.put(i)
+
+    def _restart(self, i: int) -> None:
+        try:
+            self._engines[i].close()
+        except Exception:  # noqa: BLE001 - the process is already gone; closing is best effort
+            pass
+        self._engines[i] = self._open()
+        self.restarts += 1
+
+    def _cached(self, key: tuple, compute):
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        value = self._run(compute)
+        with self._lock:
+            self._cache[key] = value
+        return value
+
+    def analyse(self, fen: str) -> Analysis:
+        """Top-`multipv` moves and evals of `fen`; empty when the game is over."""
+        board = chess.Board(fen)
+
+        def compute(engine):
+            infos = engine.analyse(board, self.limit, multipv=self.multipv, game=object())
+            lines = [(i["pv"][0].uci(), pawns(i["score"])) for i in infos if i.get("pv")]
+            return Analysis(tuple(m for m, _ in lines), tuple(e for _, e in lines),
+                            self.limit_label)
+
+        if board.is_game_over():
+            return Analysis((), (), self.limit_label)
+        return self._cached(("analyse", board.fen()), compute)
+
+    def evaluate_move(self, fen: str, move: str) -> float:
+        """Eval (pawns, side to move's view) of playing `move` in `fen`: minus the
+        eval of the position after it, searched at the pool's limit (mate given =
+        1000.0, a draw on the board = 0.0). Raises ValueError for an illegal move.
+
+        Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
+        searchmove (startpos g1h3 at depth 8: +3.84).
+        """
+        board = chess.Board(fen)
+        mv = chess.Move.from_uci(move)
+        if not board.is_legal(mv):
+            raise ValueError(f"{move} is not legal in {fen}")
+        board.push(mv)
+        if board.is_checkmate():
+            return MATE_SCORE / 100
+        if board.is_game_over():
+            return 0.0
+
+        def compute(engine):
+            return -pawns(engine.analyse(board, self.limit, game=object())["score"])
+
+        return self._cached(("after", board.fen()), compute)
+
+    def analyse_many(self, fens, progress: bool = False) -> list[Analysis]:
+        """analyse() over many FENs, one thread per engine process; order kept."""
+        fens = list(fens)
+        with ThreadPoolExecutor(self.processes) as ex:
+            it = ex.map(self.analyse, fens)
+            if progress:
+                from tqdm import tqdm
+                it = tqdm(it, total=len(fens), desc=f"label ({self.limit_label})")
+            return list(it)
+
+    def close(self) -> None:
+        for e in self._engines:
+            try:
+                e.quit()
+            except Exception:  # noqa: BLE001 - a dead process cannot quit; close it instead
+                e.close()
+
+    def __enter__(self) -> EnginePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,162 @@
+"""Load Samples from the project's JSON lines, RookWorld text lines or a
+Hugging Face dataset (`text` column), validating every row.
+
+    >>> res = load_samples("../shared/data/rook_val_500.txt", on_defect="relabel")  # doctest: +SKIP
+    >>> print(res.report.summary())                                                 # doctest: +SKIP
+
+on_defect: "drop" drops every row with a defect; "relabel" rebuilds fixable
+rows from their own fields (`B:` = argmax(E), the A completion from the oracle,
+the canonical FEN) and drops the rest. Either way the report counts each class.
+Text is always rebuilt by `policy_sample`/`env_sample`, so column padding of
+the source does not matter. Raises ValueError when no usable row is left.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rookworld.chess_tasks import Sample, env_sample, policy_sample
+from rookworld.chess_tasks.environment import split_env_line
+from rookworld.chess_tasks.policy import parse_policy_line
+
+from .validate import FIXABLE, DefectReport, check_env, check_policy
+
+ON_DEFECT = ("drop", "relabel")
+
+
+@dataclass
+class LoadResult:
+    samples: list[Sample]
+    report: DefectReport
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines of a text or gzip file (sniffed by magic bytes); undecodable bytes
+    become U+FFFD so junk is reported, not raised."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def _record_from_text(line: str, source: str) -> tuple | None:
+    """("P", fen, moves, evals, best, source) or ("A", fen, move, history, completion);
+    None when the line is neither."""
+    if "\ufffd" in line or "\x00" in line:
+        return None
+    if line.startswith("P:"):
+        fen, parsed = parse_policy_line(line)
+        if not parsed.ok:
+            return None
+        return ("P", fen, parsed.moves, parsed.evals, parsed.best, source)
+    split = split_env_line(line)
+    if split is None:
+        return None
+    fields = split[0][3:].split("+")
+    if len(fields) != 4 or len(split[1].split("+")) != 4:
+        return None
+    fen, move, history, _ = fields
+    return ("A", fen.strip(), move.strip(), tuple(history.split()), split[1].strip())
+
+
+def _record_from_json(line: str) -> tuple[tuple | None, Sample | None]:
+    try:
+        sample = Sample.from_json(json.loads(line))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, None
+    t = sample.truth
+    if sample.task == "P":
+        return ("P", t.fen, t.moves, t.evals, t.best, t.source), sample
+    return ("A", t.fen, t.move, t.history, sample.completion), sample
+
+
+def _build(rec: tuple, meta: dict) -> Sample:
+    """The sample the record stands for, with canonical FEN and labels."""
+    import chess
+    fen = chess.Board(rec[1]).fen()
+    if rec[0] == "P":
+        return policy_sample(fen, rec[2], rec[3], source=rec[5], meta=meta)
+    return env_sample(fen, rec[2], rec[3], meta=meta)
+
+
+def _defects(rec: tuple) -> list[str]:
+    if rec[0] == "P":
+        return check_policy(rec[1], rec[2], rec[3], rec[4])
+    return check_env(rec[1], rec[2], rec[3], rec[4])
+
+
+def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | None = None,
+               tasks: str = "PA") -> LoadResult:
+    """Validate and build samples from lines (JSON rows, or RookWorld text when
+    json_rows is False; None sniffs the first non-blank line). `tasks` keeps only
+    those tasks (rows of other tasks are skipped, not counted as defects)."""
+    if on_defect not in ON_DEFECT:
+        raise ValueError(f"on_defect={on_defect!r}; choose one of {ON_DEFECT}")
+    lines = [ln for ln in lines if ln.strip()]
+    if json_rows is None:
+        json_rows = bool(lines) and lines[0].lstrip().startswith("{")
+    report, samples = DefectReport(source, on_defect), []
+    for i, line in enumerate(lines):
+        rec, stored = _record_from_json(line) if json_rows else (_record_from_text(line, source),
+                                                                 None)
+        if rec is not None and rec[0] not in tasks:
+            continue
+        report.rows += 1
+        if rec is None:
+            report.add(["unparseable"], line)
+            report.dropped += 1
+            continue
+        sample = _validated(rec, stored, line, on_defect, report,
+                            stored.meta if stored else {"source": source, "row": i})
+        if sample is not None:
+            samples.append(sample)
+    report.kept = len(samples)
+    if not samples:
+        raise ValueError(f"no usable rows in {source}:\n{report.summary()}")
+    return LoadResult(samples, report)
+
+
+def _validated(rec, stored, line, on_defect, report, meta) -> Sample | None:
+    defects = _defects(rec)
+    fatal = [d for d in defects if d not in FIXABLE]
+    sample = None if fatal else _build(rec, meta)
+    if sample is not None and stored is not None and (
+            (stored.prompt, stored.completion) != (sample.prompt, sample.completion)):
+        defects.append("text_mismatch")
+    report.add(defects, line)
+    if sample is None or (defects and on_defect == "drop"):
+        report.dropped += 1
+        return None
+    report.relabelled += bool(defects)
+    return sample
+
+
+def load_samples(source, on_defect: str = "drop", split: str | None = None,
+                 tasks: str = "PA") -> LoadResult:
+    """Samples from a file (.jsonl[.gz] rows of `Sample.to_json()`, or RookWorld
+    text lines, gzip or not), a local dataset directory, or a Hugging Face
+    dataset id (column `text`; `split` picks the split, default "train")."""
+    path = Path(source)
+    if path.is_file():
+        return load_lines(read_lines(path), str(source), on_defect, tasks=tasks)
+    return load_lines(hf_lines(str(source), split), str(source), on_defect, json_rows=False,
+                      tasks=tasks)
+
+
+def hf_lines(source: str, split: str | None = None) -> list[str]:
+    """The `text` column of a dataset saved with `save_to_disk`, a local folder
+    `datasets.load_dataset` understands, or a hub id (needs the network)."""
+    import datasets
+    path = Path(source)
+    if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+        ds = datasets.load_from_disk(source)
+    else:
+        ds = datasets.load_dataset(source, split=split or "train")
+    if isinstance(ds, datasets.DatasetDict):
+        ds = ds[split or "train"]
+    if "text" not in ds.column_names:
+        raise ValueError(f"{source}: no 'text' column (columns: {ds.column_names})")
+    return list(ds["text"])

@@ -1,0 +1,179 @@
+"""Loaders, validation, splits and the bundled data."""
+
+import gzip
+import json
+from pathlib import Path
+
+import chess
+import pytest
+
+from rookworld.chess_tasks import env_sample, policy_sample
+from rookworld.data.loaders import load_lines, load_samples
+from rookworld.data.splits import position_key, split_of, split_samples
+from rookworld.data.validate import check_env, check_policy
+
+REPO = Path(__file__).resolve().parents[1]
+ASSETS = REPO / "rookworld/assets/data"
+ROOK_VAL = REPO.parent / "shared/data/rook_val_500.txt"
+START = chess.STARTING_FEN
+# a real line from rook_val_500 (Black to move, its B: is the LOWEST eval)
+P_LINE = ("P: 2b3k1/Q4rqn/p2p4/4p3/p6p/2PP3P/BP3PP1/R5K1 b - - 0 34" + " " * 36
+          + "M: a4a3 c8f5 h7f6 h7g5 h7f8      E: -3.06 -2.82 -3.21 -3.16 -2.3            B: h7f6")
+A_LINE = ("5R2/6R1/8/3P4/p7/1b2R2P/2p3P1/6K1 b - - 0 58+b3d5+e1e3 a2b3 f7f2 b5b4 g5g7 b4c3 "
+          "f2f8 c3c2 d4d5 b3d5+5R2/6R1/8/3b4/p7/4R2P/2p3P1/6K1 w - - 0 59+0.001+0+0")
+
+
+# --- validation -----------------------------------------------------------------
+
+def test_check_policy_classes():
+    assert check_policy(START, ("e2e4", "d2d4"), (0.3, 0.2), "e2e4") == []
+    assert check_policy(START, ("e2e4", "d2d4"), (0.3, 0.2), "d2d4") == ["best_not_argmax"]
+    assert check_policy(START, ("e2e4", "d2d4"), (0.3,), "e2e4") == ["eval_count"]
+    assert check_policy(START, ("e2e5",), (0.3,), "e2e5") == ["illegal_move"]
+    assert check_policy(START, (), (), "") == ["no_moves"]
+    assert check_policy("not a fen", ("e2e4",), (0.1,), "e2e4") == ["bad_fen"]
+    ep = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"
+    assert check_policy(ep, ("e7e5",), (0.0,), "e7e5") == ["fen_not_canonical"]
+
+
+def test_check_env_classes():
+    s = env_sample(START, "e2e4")
+    assert check_env(START, "e2e4", ("e2e4",), s.completion) == []
+    assert check_env(START, "e2e4", ("d2d4",), s.completion) == ["bad_history"]
+    wrong = s.completion.replace("+0.001+", "+1.0+")
+    assert check_env(START, "e2e4", ("e2e4",), wrong) == ["a_completion_wrong"]
+
+
+# --- text lines -----------------------------------------------------------------
+
+def test_p_line_relabelled_from_argmax():
+    res = load_lines([P_LINE], "x", on_defect="relabel")
+    s = res.samples[0]
+    assert s.truth.best == "h7f8"  # -2.3 is the highest of the five evals
+    assert s.completion.endswith("B: h7f8")
+    assert res.report.counts["best_not_argmax"] == 1 and res.report.relabelled == 1
+
+
+def test_p_line_dropped_when_asked():
+    with pytest.raises(ValueError, match="no usable rows"):
+        load_lines([P_LINE], "x", on_defect="drop")
+
+
+def test_a_lines_with_and_without_prefix():
+    res = load_lines([A_LINE, "A: " + A_LINE], "x", json_rows=False)
+    assert len(res.samples) == 2 and res.report.dropped == 0
+    assert res.samples[0].prompt.startswith("A: 5R2/")
+    assert res.samples[0].prompt + res.samples[0].completion == "A: " + A_LINE
+
+
+def test_wrong_a_completion_counted_and_relabelled():
+    bad = A_LINE.replace("+0.001+0+0", "+1.0+1+0")
+    res = load_lines([bad], "x", on_defect="relabel", json_rows=False)
+    assert res.report.counts["a_completion_wrong"] == 1
+    assert res.samples[0].completion.endswith("+0.001+0+0")
+
+
+def test_junk_rows_counted_not_raised():
+    lines = [P_LINE.replace("B: h7f6", "B: h7f8"), "garbage", "P: 8/8 M: e2 E: x B:",
+             "\x00\x01\ufffdjunk", "a+b", A_LINE + "+extra"]
+    res = load_lines(lines, "x", json_rows=False)
+    assert res.report.rows == 6 and len(res.samples) == 1
+    assert res.report.counts["unparseable"] == 5
+
+
+def test_empty_and_binary_files_raise_clearly(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "junk.bin").write_bytes(bytes(range(256)) * 4)
+    for name in ("empty.txt", "junk.bin"):
+        with pytest.raises(ValueError, match="no usable rows"):
+            load_samples(tmp_path / name)
+
+
+def test_unknown_on_defect_rejected():
+    with pytest.raises(ValueError, match="on_defect"):
+        load_lines([A_LINE], "x", on_defect="ignore")
+
+
+# --- JSON lines and datasets ---------------------------------------------------
+
+def _rows(tmp_path, samples, name="d.jsonl.gz"):
+    path = tmp_path / name
+    text = "".join(json.dumps(s.to_json()) + "\n" for s in samples)
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    return path
+
+
+def test_jsonl_round_trip(tmp_path):
+    samples = [policy_sample(START, ["e2e4", "d2d4"], [0.3, 0.2], "t"), env_sample(START, "e2e4")]
+    for name in ("d.jsonl", "d.jsonl.gz"):
+        res = load_samples(_rows(tmp_path, samples, name))
+        assert res.samples == samples and res.report.dropped == 0
+
+
+def test_jsonl_tampered_text_is_caught(tmp_path):
+    s = policy_sample(START, ["e2e4", "d2d4"], [0.3, 0.2], "t")
+    row = s.to_json()
+    row["completion"] = row["completion"].replace("B: e2e4", "B: d2d4")
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(row) + "\n" + "{not json\n")
+    res = load_samples(path, on_defect="relabel")
+    assert res.report.counts["text_mismatch"] == 1 and res.report.counts["unparseable"] == 1
+    assert res.samples == [s]
+
+
+def test_local_dataset_directories(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    lines = [P_LINE, "A: " + A_LINE]
+    datasets.Dataset.from_dict({"text": lines}).save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw/train.txt").write_text("\n".join(lines) + "\n")
+    for d in ("saved", "raw"):
+        res = load_samples(str(tmp_path / d), on_defect="relabel")
+        assert [s.task for s in res.samples] == ["P", "A"], d
+
+
+# --- splits ---------------------------------------------------------------------
+
+def test_split_ignores_move_counters():
+    a = "8/8/8/8/8/8/k7/K7 w - - 0 1"
+    b = "8/8/8/8/8/8/k7/K7 w - - 12 40"
+    assert position_key(a) == position_key(b)
+    assert all(split_of(a, f) == split_of(b, f) for f in (0.1, 0.5, 0.9))
+
+
+def test_split_fraction_and_disjoint():
+    board, samples = chess.Board(), []
+    for i in range(400):
+        if board.is_game_over():
+            board = chess.Board()
+        board.push(sorted(board.legal_moves, key=lambda m: (i * 7919 + m.to_square) % 31)[0])
+        samples.append(env_sample(board.fen(), "a1a1"))
+    parts = split_samples(samples, 0.25)
+    keys = {k: {position_key(s.truth.fen) for s in v} for k, v in parts.items()}
+    assert not keys["train"] & keys["eval"]
+    assert 0.1 < len(parts["eval"]) / len(samples) < 0.4
+
+
+# --- bundled and external data ---------------------------------------------------
+
+@pytest.mark.skipif(not ROOK_VAL.exists(), reason="shared/data/rook_val_500.txt absent")
+def test_rook_val_500_loads_as_external_eval():
+    res = load_samples(ROOK_VAL, on_defect="relabel", tasks="P")
+    r = res.report
+    assert r.rows == 500 and r.counts["unparseable"] == 0 and len(res.samples) == 500
+    assert 200 <= r.counts["best_not_argmax"] < 300
+    assert all(s.truth.evals[s.truth.moves.index(s.truth.best)] == max(s.truth.evals)
+               for s in res.samples)
+    assert len(load_samples(ROOK_VAL, on_defect="drop").samples) < 300
+
+
+@pytest.mark.skipif(not (ASSETS / "train.jsonl.gz").exists(), reason="not generated")
+def test_bundled_data_is_clean_and_disjoint():
+    train, ev = (load_samples(ASSETS / f"{s}.jsonl.gz") for s in ("train", "eval"))
+    for res in (train, ev):
+        assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
+        assert {s.task for s in res.samples} == {"P", "A"}
+    key = lambda res: {position_key(s.truth.fen) for s in res.samples}  # noqa: E731
+    assert not key(train) & key(ev)
+    rewards = {s.truth.reward for s in train.samples if s.task == "A"}
+    assert rewards == {"0.001", "1.0", "0.5", "-1.0"}

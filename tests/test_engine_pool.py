@@ -1,0 +1,105 @@
+"""EnginePool: labels, cache, restart of a dead process, missing binary. Low depth."""
+
+import os
+import signal
+import time
+
+import chess
+import pytest
+
+from rookworld.chess_tasks.engine import EnginePool, find_engine
+
+try:
+    find_engine()
+except FileNotFoundError:
+    pytest.skip("no stockfish installed", allow_module_level=True)
+
+MATE_IN_1 = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8#
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EnginePool(processes=2, depth=4) as p:
+        yield p
+
+
+def test_label_names_engine_and_limit(pool):
+    assert pool.limit_label.startswith("stockfish ")
+    assert pool.limit_label.endswith(" depth=4")
+
+
+def test_analyse_startpos_gives_five_legal_moves(pool):
+    a = pool.analyse(chess.STARTING_FEN)
+    board = chess.Board()
+    assert len(a.moves) == len(a.evals) == 5
+    assert all(chess.Move.from_uci(m) in board.legal_moves for m in a.moves)
+    assert list(a.evals) == sorted(a.evals, reverse=True)  # rank order, best first
+    assert a.label == pool.limit_label
+
+
+def test_mate_in_one_reads_999_99(pool):
+    a = pool.analyse(MATE_IN_1)
+    assert a.moves[0] == "a1a8"
+    assert a.evals[0] == pytest.approx(999.99)  # (100000 - 1) / 100
+
+
+def test_fewer_legal_moves_than_multipv(pool):
+    fen = "7k/8/5Q2/8/8/8/8/K7 b - - 0 1"  # black king: h8g8 or h8h7 only
+    assert chess.Board(fen).legal_moves.count() == 2
+    assert sorted(pool.analyse(fen).moves) == ["h8g8", "h8h7"]
+
+
+def test_game_over_position_is_empty(pool):
+    mated = "R5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 1 1"
+    assert pool.analyse(mated).moves == ()
+
+
+def test_cache_returns_same_object(pool):
+    fen = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+    assert pool.analyse(fen) is pool.analyse(fen)
+
+
+def test_evaluate_move_side_to_move_view(pool):
+    assert pool.evaluate_move(MATE_IN_1, "a1a8") == pytest.approx(1000.0)
+    blunder = pool.evaluate_move(chess.STARTING_FEN, "g2g4")
+    good = pool.evaluate_move(chess.STARTING_FEN, "e2e4")
+    assert good > blunder
+    with pytest.raises(ValueError):
+        pool.evaluate_move(chess.STARTING_FEN, "e2e5")
+
+
+def test_analyse_many_keeps_order(pool):
+    board, fens = chess.Board(), []
+    for uci in ["e2e4", "e7e5", "g1f3", "b8c6", "f1b5", "a7a6"]:
+        board.push_uci(uci)
+        fens.append(board.fen())
+    got = pool.analyse_many(fens)
+    assert [pool.analyse(f) for f in fens] == got
+    for fen, a in zip(fens, got, strict=True):
+        assert all(chess.Move.from_uci(m) in chess.Board(fen).legal_moves for m in a.moves)
+
+
+def test_killed_process_is_restarted():
+    with EnginePool(processes=1, depth=3) as p:
+        old = p.pids()[0]
+        os.kill(old, signal.SIGKILL)
+        time.sleep(0.2)
+        a = p.analyse(chess.STARTING_FEN)
+        assert len(a.moves) == 5
+        assert p.restarts == 1 and p.pids()[0] != old
+
+
+def test_missing_binary_names_install_command():
+    with pytest.raises(FileNotFoundError, match="apt-get install -y stockfish"):
+        EnginePool(path="/nonexistent/stockfish")
+
+
+def test_needs_a_limit():
+    with pytest.raises(ValueError, match="depth or nodes"):
+        EnginePool(depth=None, nodes=None)
+
+
+def test_nodes_limit_in_label():
+    with EnginePool(processes=1, depth=None, nodes=500) as p:
+        assert p.limit_label.endswith(" nodes=500")
+        assert len(p.analyse(chess.STARTING_FEN).moves) == 5
