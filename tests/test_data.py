@@ -66,6 +66,12 @@ def test_a_lines_with_and_without_prefix():
     assert res.samples[0].prompt + res.samples[0].completion == "A: " + A_LINE
 
 
+def test_eval_count_mismatch_is_its_own_defect():
+    short = P_LINE.replace("-3.16 -2.3", "-3.16")
+    res = load_lines([short, A_LINE], "x", on_defect="relabel", json_rows=False)
+    assert res.report.counts == {"eval_count": 1} and res.report.dropped == 1
+
+
 def test_wrong_a_completion_counted_and_relabelled():
     bad = A_LINE.replace("+0.001+0+0", "+1.0+1+0")
     res = load_lines([bad], "x", on_defect="relabel", json_rows=False)
@@ -167,13 +173,24 @@ def test_rook_val_500_loads_as_external_eval():
     assert len(load_samples(ROOK_VAL, on_defect="drop").samples) < 300
 
 
+def _keys(path: Path) -> set[str]:
+    with gzip.open(path, "rt") as fh:
+        return {position_key(json.loads(line)["truth"]["fen"]) for line in fh}
+
+
 @pytest.mark.skipif(not (ASSETS / "train.jsonl.gz").exists(), reason="not generated")
-def test_bundled_data_is_clean_and_disjoint():
-    train, ev = (load_samples(ASSETS / f"{s}.jsonl.gz") for s in ("train", "eval"))
-    for res in (train, ev):
-        assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
-        assert {s.task for s in res.samples} == {"P", "A"}
-    key = lambda res: {position_key(s.truth.fen) for s in res.samples}  # noqa: E731
-    assert not key(train) & key(ev)
-    rewards = {s.truth.reward for s in train.samples if s.task == "A"}
+def test_bundled_splits_disjoint_and_eval_clean():
+    assert not _keys(ASSETS / "train.jsonl.gz") & _keys(ASSETS / "eval.jsonl.gz")
+    res = load_samples(ASSETS / "eval.jsonl.gz")
+    assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
+    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [300, 300]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ASSETS / "train.jsonl.gz").exists(), reason="not generated")
+def test_bundled_train_clean_with_every_oracle_outcome():
+    res = load_samples(ASSETS / "train.jsonl.gz")
+    assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
+    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [8000, 8000]
+    rewards = {s.truth.reward for s in res.samples if s.task == "A"}
     assert rewards == {"0.001", "1.0", "0.5", "-1.0"}

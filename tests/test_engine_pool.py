@@ -60,10 +60,12 @@ def test_cache_returns_same_object(pool):
 
 
 def test_evaluate_move_side_to_move_view(pool):
-    assert pool.evaluate_move(MATE_IN_1, "a1a8") == pytest.approx(1000.0)
+    assert pool.evaluate_move(MATE_IN_1, "a1a8") == pytest.approx(999.99)
+    top = pool.analyse(chess.STARTING_FEN)
+    assert pool.evaluate_move(chess.STARTING_FEN, top.moves[0]) == top.evals[0]  # loss 0
     blunder = pool.evaluate_move(chess.STARTING_FEN, "g2g4")
-    good = pool.evaluate_move(chess.STARTING_FEN, "e2e4")
-    assert good > blunder
+    assert "g2g4" not in top.moves  # searched after the move, from the mover's view
+    assert blunder < top.evals[0]
     with pytest.raises(ValueError):
         pool.evaluate_move(chess.STARTING_FEN, "e2e5")
 
@@ -103,3 +105,13 @@ def test_nodes_limit_in_label():
     with EnginePool(processes=1, depth=None, nodes=500) as p:
         assert p.limit_label.endswith(" nodes=500")
         assert len(p.analyse(chess.STARTING_FEN).moves) == 5
+
+
+def test_evaluate_move_outside_top_lines():
+    two_mates = "6k1/5ppp/8/8/8/8/5PPP/R3R1K1 w - - 0 1"  # Ra8# and Re8#
+    queen_hang = "4k3/7r/8/8/8/8/3Q4/4K3 w - - 0 1"  # Qd7+?? Kxd7: rook vs nothing
+    with EnginePool(processes=1, depth=4, multipv=1) as p:
+        (top,) = p.analyse(two_mates).moves
+        other = ({"a1a8", "e1e8"} - {top}).pop()
+        assert p.evaluate_move(two_mates, other) == pytest.approx(999.99)  # mate given
+        assert p.evaluate_move(queen_hang, "d2d7") < -5  # mover's view: lost

@@ -137,9 +137,11 @@ class EnginePool:
         return self._cached(("analyse", board.fen()), compute)
 
     def evaluate_move(self, fen: str, move: str) -> float:
-        """Eval (pawns, side to move's view) of playing `move` in `fen`: minus the
-        eval of the position after it, searched at the pool's limit (mate given =
-        1000.0, a draw on the board = 0.0). Raises ValueError for an illegal move.
+        """Eval (pawns, side to move's view) of playing `move` in `fen`, consistent
+        with `analyse(fen)`: a move among its MultiPV lines gets that line's eval
+        (so best move -> loss 0); any other legal move gets minus the eval of the
+        position after it at the pool's limit (mate given = 999.99, a draw on the
+        board = 0.0). Raises ValueError for an illegal move.
 
         Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
         searchmove (startpos g1h3 at depth 8: +3.84).
@@ -148,9 +150,12 @@ class EnginePool:
         mv = chess.Move.from_uci(move)
         if not board.is_legal(mv):
             raise ValueError(f"{move} is not legal in {fen}")
+        top = self.analyse(fen)
+        if move in top.moves:
+            return top.evals[top.moves.index(move)]
         board.push(mv)
         if board.is_checkmate():
-            return MATE_SCORE / 100
+            return (MATE_SCORE - 1) / 100  # as analyse() reads a mate in 1
         if board.is_game_over():
             return 0.0
 

@@ -6,10 +6,22 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import chess
 from omegaconf import DictConfig, OmegaConf
 
 NOTES = "## Notes (hand-written, kept when the card is regenerated)"
-_REWARD_NAMES = {"0.001": "legal", "1.0": "mate", "0.5": "draw", "-1.0": "illegal"}
+_REWARD_NAMES = {"0.001": "legal", "1.0": "mate", "-1.0": "illegal"}
+
+
+def outcome(sample) -> str:
+    """legal / mate / illegal / draw:<rule> of an A sample's oracle truth."""
+    name = _REWARD_NAMES.get(sample.truth.reward)
+    if name:
+        return name
+    board = chess.Board(sample.truth.new_fen)
+    rule = ("stalemate" if board.is_stalemate() else "material"
+            if board.is_insufficient_material() else "75-move")
+    return "draw:" + rule
 
 
 def _table(title: str, counts: dict[str, Counter]) -> list[str]:
@@ -29,8 +41,7 @@ def summary(splits: dict[str, list]) -> list[str]:
     return (_table("P samples per game phase", count("P", lambda x: x.meta["phase"]))
             + _table("A samples per game phase", count("A", lambda x: x.meta["phase"]))
             + _table("A samples per kind of move", count("A", lambda x: x.meta["kind"]))
-            + _table("A samples per oracle outcome",
-                     count("A", lambda x: _REWARD_NAMES[x.truth.reward])))
+            + _table("A samples per oracle outcome", count("A", outcome)))
 
 
 def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label: str,
@@ -56,7 +67,8 @@ def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label
         "## Counts", "", *summary(splits),
         "## Time (measured by this run)", "",
         f"- playing games: {timing['games_s']:.1f} s (0 when read from the cache)",
-        f"- P labelling: {labelled} new positions in {label_s:.1f} s ({rate} positions/s)",
+        f"- P labelling: {labelled} new positions in {label_s:.1f} s ({rate} positions/s); "
+        f"{timing.get('cached', 0)} read from the cache",
         f"- whole run: {timing['total_s']:.1f} s", "",
         "Config:", "", "```yaml", OmegaConf.to_yaml(cfg).rstrip(), "```", ""]
     path.write_text("\n".join(lines) + _kept_notes(path))

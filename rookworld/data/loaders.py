@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import chess
+
 from rookworld.chess_tasks import Sample, env_sample, policy_sample
 from rookworld.chess_tasks.environment import split_env_line
 from rookworld.chess_tasks.policy import parse_policy_line
@@ -49,8 +51,8 @@ def _record_from_text(line: str, source: str) -> tuple | None:
         return None
     if line.startswith("P:"):
         fen, parsed = parse_policy_line(line)
-        if not parsed.ok:
-            return None
+        if not parsed.ok and parsed.reason != "moves and evals differ in count":
+            return None  # (a count mismatch alone is an "eval_count" defect, not junk)
         return ("P", fen, parsed.moves, parsed.evals, parsed.best, source)
     split = split_env_line(line)
     if split is None:
@@ -75,7 +77,6 @@ def _record_from_json(line: str) -> tuple[tuple | None, Sample | None]:
 
 def _build(rec: tuple, meta: dict) -> Sample:
     """The sample the record stands for, with canonical FEN and labels."""
-    import chess
     fen = chess.Board(rec[1]).fen()
     if rec[0] == "P":
         return policy_sample(fen, rec[2], rec[3], source=rec[5], meta=meta)
@@ -141,7 +142,8 @@ def load_samples(source, on_defect: str = "drop", split: str | None = None,
     dataset id (column `text`; `split` picks the split, default "train")."""
     path = Path(source)
     if path.is_file():
-        return load_lines(read_lines(path), str(source), on_defect, tasks=tasks)
+        json_rows = True if {".jsonl", ".json"} & set(path.suffixes) else None
+        return load_lines(read_lines(path), str(source), on_defect, json_rows, tasks)
     return load_lines(hf_lines(str(source), split), str(source), on_defect, json_rows=False,
                       tasks=tasks)
 
