@@ -87,11 +87,23 @@ def env_samples(positions: list[Position], n: int, kinds: dict, shares: dict,
         "draw": (ends, lambda p: _env(p, _choice(drawing_moves(_board(p)), rng), kind="draw")),
         "seventyfive": (ends, _seventyfive),
     }
-    out = []
+    if unknown := set(kinds) - set(makers):
+        raise ValueError(f"a_kinds: unknown kind(s) {sorted(unknown)}; known: {sorted(makers)}")
+    out, seen = [], set()
+
+    def unique(make):  # the same prompt never twice, whatever kinds produced it
+        def made(p):
+            s = make(p)
+            if s is None or s.prompt in seen:
+                return None
+            seen.add(s.prompt)
+            return s
+        return made
+
     for kind in sorted(kinds, key=lambda k: k == "played"):  # "played" last: fills shortfalls
         cands, make = makers[kind]
         want = n - len(out) if kind == "played" else round(n * kinds[kind])
-        out += stratified(cands, want, shares, rng, make)
+        out += stratified(cands, want, shares, rng, unique(make))
     return out
 
 
