@@ -19,7 +19,7 @@ def pkg_data(name: str) -> str:
 
 
 if not OmegaConf.has_resolver("pkg_data"):
-    OmegaConf.register_new_resolver("pkg_data", pkg_data)
+    OmegaConf.register_resolver("pkg_data", pkg_data)
 
 
 class ConfigError(ValueError):
@@ -88,3 +88,16 @@ def validate(cfg: DictConfig) -> None:
 
 def prompts_per_step(cfg: DictConfig) -> int:
     return cfg.batch_size // cfg.num_generations if cfg.get("batch_size") else cfg.prompts_per_step
+
+
+CONF_DIR = PACKAGE_DIR.parent / "conf"
+
+
+def compose(overrides: list[str] | tuple = (), config_name: str = "train") -> DictConfig:
+    """The config `python -m rookworld.train <overrides>` would run with (for tests,
+    notebooks and tools), without Hydra's run directory."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR)):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))

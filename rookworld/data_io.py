@@ -2,38 +2,48 @@
 
 from __future__ import annotations
 
-import gzip
 import json
-from collections import Counter
 from pathlib import Path
 
-from .checkpoint import atomic_write_text
 from .chess_tasks import Sample
+from .checkpoint import atomic_write_text
 from .config import ConfigError
+from .data.loaders import load_samples
 
 
-def read_samples(path: str) -> list[Sample]:
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"data file {path} does not exist")
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt") as f:
-        return [Sample.from_json(json.loads(line)) for line in f if line.strip()]
+def read_samples(source: str, on_defect: str = "drop", report: dict | None = None) -> list[Sample]:
+    """Load and validate a split (JSON lines, RookWorld text, HF dataset); defects are
+    counted, printed when present, and stored in `report[source]`."""
+    if not str(source).count("/") == 1 and not Path(source).exists():
+        raise ConfigError(f"data source {source} does not exist")
+    try:
+        res = load_samples(str(source), on_defect=on_defect)
+    except ValueError as e:
+        raise ConfigError(f"data source {source}: {e}") from e
+    if res.report.counts:
+        print(res.report.summary(), flush=True)
+    if report is not None:
+        report[str(source)] = res.report.as_dict()
+    return res.samples
 
 
 def load_data(cfg, parts, run_dir: Path) -> tuple[dict[str, list[Sample]], list[Sample]]:
-    train, held_out = read_samples(cfg.data.train), read_samples(cfg.data.eval)
+    report: dict = {}
+    train = read_samples(cfg.data.train, cfg.data.on_defect, report)
+    held_out = read_samples(cfg.data.eval, cfg.data.on_defect, report)
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
     needed = set()
     for step in range(cfg.steps):
         needed |= set(parts.task_mix.tasks(step))
-    empty = [t for t in needed if not pools[t]]
+    empty = sorted(t for t in needed if not pools[t])
     if empty:
         raise ConfigError(f"task_mix needs task(s) {empty} but data.train has no such samples")
-    report = {"train": dict(Counter(s.task for s in train)),
-              "eval": dict(Counter(s.task for s in held_out))}
+    overlap = {s.truth.fen for s in train} & {s.truth.fen for s in held_out}
+    summary = {"train": {t: len(v) for t, v in pools.items()},
+               "eval": {t: sum(s.task == t for s in held_out) for t in ("P", "A")},
+               "fens_in_both_splits": len(overlap), "sources": report}
     if hasattr(parts.task_mix, "schedule"):
-        report["schedule"] = parts.task_mix.schedule(cfg.steps)
+        summary["schedule"] = parts.task_mix.schedule(cfg.steps)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "data_report.json", json.dumps(report, indent=2))
+    atomic_write_text(run_dir / "data_report.json", json.dumps(summary, indent=2))
     return pools, held_out

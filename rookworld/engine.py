@@ -207,12 +207,15 @@ class GRPOEngine:
             for name in ("k1", "k2", "k3"):
                 parts[f"kl/{name}"] = grpo.token_mean(
                     grpo.KL_ESTIMATORS[name](logp.detach(), ref_lp), mask)
-            if beta > 0:
+            if beta > 0 or self.kl_estimator == "full":
                 kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp)
+                if self.kl_estimator == "full":
+                    parts["kl/full"] = grpo.token_mean(kl_tok.detach(), mask)
+            if beta > 0:
                 kl_term = agg(kl_tok, mask)
                 parts["loss/kl"] = kl_term.detach() * beta
                 total = total + beta * kl_term
-        parts.update({k: v.detach() for k, v in stats.items()})
+        parts.update({f"policy/{k}": v.detach() for k, v in stats.items()})
         return total, parts
 
     def _kl_tokens(self, b, rows, logits, logp, ref_lp):
@@ -251,9 +254,9 @@ class GRPOEngine:
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
-            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"] if self.kl_estimator != "full" \
-                else agg["kl/k3"]
-            self.kl.update(agg["kl/value"], step)
+            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"]  # the estimator in the loss
+            if not skipped:  # a skipped (non-finite) update says nothing about the KL
+                self.kl.update(agg["kl/value"], step)
         self._maybe_sync_reference(step)
         m = dict(agg)
         m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,

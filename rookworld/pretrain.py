@@ -75,7 +75,7 @@ def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
     tmp.rename(final)
 
 
-@hydra.main(config_path="../conf", config_name="pretrain", version_base="1.3",
+@hydra.main(config_path="../conf", config_name="pretrain",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
     torch.manual_seed(cfg.seed)
@@ -139,7 +139,7 @@ def measure(policy, cfg, held_out) -> dict:
     results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.eval_per_task)(
         policy, reward)[0]}
     if cfg.data.get("external_eval") and Path(cfg.data.external_eval).exists():
-        ext = read_samples(cfg.data.external_eval)
+        ext = read_samples(cfg.data.external_eval, on_defect="relabel")
         results["external"] = Evaluator(ext, settings)(policy, reward)[0]
     return results
 

@@ -210,7 +210,7 @@ def resolve_resume(cfg: DictConfig) -> tuple[DictConfig, Path | None]:
     return old, run_dir
 
 
-@hydra.main(config_path="../conf", config_name="train", version_base="1.3",
+@hydra.main(config_path="../conf", config_name="train",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()

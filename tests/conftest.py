@@ -13,3 +13,54 @@ settings.register_profile("dev", max_examples=200, deadline=None)
 settings.register_profile("ci", max_examples=5000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+import json  # noqa: E402
+import random  # noqa: E402
+
+import chess  # noqa: E402
+import pytest  # noqa: E402
+
+
+def _synthetic_rows(n_games: int, seed: int) -> list[dict]:
+    """P and A samples from random games; P evals are made up (mechanics tests only)."""
+    from rookworld.chess_tasks import env_sample, policy_sample
+
+    rng, rows = random.Random(seed), []
+    for _ in range(n_games):
+        board, hist = chess.Board(), []
+        for _ in range(rng.randint(4, 30)):
+            legal = list(board.legal_moves)
+            if not legal:
+                break
+            mv = rng.choice(legal)
+            hist.append(mv.uci())
+            rows.append(env_sample(board.fen(), mv.uci(), hist[-10:]).to_json())
+            moves = [m.uci() for m in rng.sample(legal, min(5, len(legal)))]
+            evals = [round(rng.uniform(-3, 3), 2) for _ in moves]
+            rows.append(policy_sample(board.fen(), moves, evals, "synthetic").to_json())
+            board.push(mv)
+    return rows
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory):
+    """(train.jsonl, eval.jsonl) paths of a small synthetic data set."""
+    d = tmp_path_factory.mktemp("data")
+    rows = _synthetic_rows(30, seed=0)
+    for name, part in (("train.jsonl", rows[:-40]), ("eval.jsonl", rows[-40:])):
+        (d / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    return str(d / "train.jsonl"), str(d / "eval.jsonl")
+
+
+TINY = ["model=tiny_random", "model.n_layer=2", "model.n_embd=32", "model.n_head=2",
+        "model.n_positions=320", "logger=none"]
+
+
+@pytest.fixture
+def tiny_overrides(synthetic_data):
+    """Overrides for a seconds-long CPU run on a tiny random model and synthetic data."""
+    train, held_out = synthetic_data
+    return TINY + [f"data.train={train}", f"data.eval={held_out}", "data.eval_per_task=4",
+                   "steps=2", "prompts_per_step=2", "num_generations=2",
+                   "sampler.max_new_tokens=24", "sampler.per_task.A.max_new_tokens=24"]
