@@ -20,10 +20,12 @@ PARTS = {"P": policy_parts, "A": env_parts}
 
 class Evaluator:
     """samples: the held-out split; settings: per-task sampling settings (made greedy
-    here); batch_size: prompts decoded at once; max_per_task: cap per task (0 = all)."""
+    here); batch_size: prompts decoded at once; max_per_task: cap per task (0 = all);
+    prefix: metric namespace (`eval`, or `train_batch` for the overfit check)."""
 
     def __init__(self, samples: list[Sample], settings: dict[str, SamplingSettings],
-                 batch_size: int = 64, max_per_task: int = 0):
+                 batch_size: int = 64, max_per_task: int = 0, prefix: str = "eval"):
+        self.prefix = prefix
         by_task = defaultdict(list)
         for s in samples:
             by_task[s.task].append(s)
@@ -54,11 +56,11 @@ class Evaluator:
                     sums[k] += v
                 scores.append(reward(s, text).score)
             for k, v in sums.items():
-                metrics[f"eval/{task}/{k}"] = v / len(items)
-            metrics[f"eval/{task}/reward"] = sum(scores) / len(scores)
+                metrics[f"{self.prefix}/{task}/{k}"] = v / len(items)
+            metrics[f"{self.prefix}/{task}/reward"] = sum(scores) / len(scores)
             scores_all += scores
             examples += [{"task": task, "prompt": s.prompt, "completion": t,
                           "reference": s.completion, "reward": sc}
                          for s, t, sc in list(zip(items, texts, scores))[:keep_examples]]
-        metrics["eval/reward"] = sum(scores_all) / max(len(scores_all), 1)
+        metrics[f"{self.prefix}/reward"] = sum(scores_all) / max(len(scores_all), 1)
         return metrics, examples

@@ -67,3 +67,11 @@ class Phased(Mixed):
     def schedule(self, steps: int) -> list[str]:
         """The task of every step, for dry runs and reports."""
         return [self.phase_task(s) for s in range(steps)]
+
+
+class FixedBatch(Mixed):
+    """The same prompts every step (the draw of step 0): the overfit-one-batch sanity
+    check. A GRPO engine that works drives the greedy reward on this batch up."""
+
+    def draw(self, pools: dict[str, Sequence[Sample]], n: int, step: int, seed: int) -> list[Sample]:
+        return super().draw(pools, n, 0, seed)

@@ -119,8 +119,12 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
-        batch = engine.rollout(p.task_mix.draw(pools, n_prompts, step, cfg.seed), step)
+        samples = p.task_mix.draw(pools, n_prompts, step, cfg.seed)
+        batch = engine.rollout(samples, step)
         m = batch.metrics | engine.update(batch, step)
+        if cfg.eval_train_batch:
+            m |= Evaluator(samples, p.sampling, prefix="train_batch")(
+                engine.policy, engine.reward.at(step))[0]
         m["time/step_s"] = time.perf_counter() - t0
         m["time/tokens_per_s"] = m["sample/tokens"] / m["time/step_s"]
         m["mem/peak_mb"] = peak_memory_mb()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install everything rookworld needs into .venv (idempotent): torch 2.13.0 first (the CPU
+# wheel; nothing then pulls a CUDA build), the project with pinned dependencies, and
+# Stockfish from the OS package manager when it is missing and we are root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+if ! command -v stockfish >/dev/null 2>&1 && [ ! -x /usr/games/stockfish ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stockfish >/dev/null
+  else
+    echo "rookworld: Stockfish is missing; install it with: sudo apt-get install -y stockfish" >&2
+  fi
+fi
+echo "rookworld: environment ready in .venv"
