@@ -1,0 +1,106 @@
+"""Optimisations change speed, not results: the same seed gives the same samples and
+the same losses as the engine did before the performance work (issue 9).
+
+tests/data/perf_golden.json was recorded with the engine as it stood before any
+optimisation (commit 3d700dc: HF forward for the loss and the reference, full
+prompt prefill per row); it is never re-recorded to make a test pass. Sampled ids
+and masks must match exactly; log-probs, losses and norms to float32 rounding
+(the fast path shares each prompt's forward among its G rows and sums in a
+different order).
+
+Record (only with the pre-optimisation engine): ROOKWORLD_RECORD_GOLDEN=1 pytest
+tests/test_perf_equivalence.py
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rookworld.config import compose
+from rookworld.data_io import read_samples
+from rookworld.rewards.base import Reward, Scored
+from rookworld.train import build_engine, build_parts
+
+GOLDEN = Path(__file__).parent / "data" / "perf_golden.json"
+RECORD = os.environ.get("ROOKWORLD_RECORD_GOLDEN") == "1"
+
+SCENARIOS = {
+    # GRPO defaults: seq-mean-token-mean, k3 in the loss, whole batch per forward
+    "grpo": ["kl=fixed"],
+    # DAPO token mean, micro-batches that split groups, exact KL and an entropy bonus
+    "dapo_micro_full_kl": ["algorithm=dapo", "kl=fixed", "micro_batch=4",
+                           "algorithm.kl_estimator=full", "algorithm.entropy_coef=0.01"],
+    # filtered sampling and early end-of-text
+    "top_k_top_p": ["kl=fixed", "sampler.top_k=12", "sampler.top_p=0.9",
+                    "sampler.temperature=1.0"],
+}
+
+
+class DistinctCharsReward(Reward):
+    """Varies within groups on a random model: distinct characters / 16 (mechanics only)."""
+
+    range = (0.0, 6.0)
+
+    def __call__(self, sample, completion):
+        return Scored(len(set(completion)) / 16, {"distinct": float(len(set(completion)))})
+
+
+def _run(overrides: list[str]) -> dict:
+    cfg = compose(overrides)
+    parts = build_parts(cfg)
+    torch.manual_seed(cfg.seed)
+    engine = build_engine(cfg, parts, DistinctCharsReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    out = {"steps": []}
+    for step in range(cfg.steps):
+        batch = engine.rollout(parts.task_mix.draw(pools, cfg.prompts_per_step, step, cfg.seed),
+                               step)
+        m = engine.update(batch, step)
+        r = batch.rollout
+        out["steps"].append({
+            "completion_ids": r.completion_ids.tolist(),
+            "completion_mask": r.completion_mask.tolist(),
+            "prompt_ids": r.prompt_ids.tolist(),
+            "logprobs": r.logprobs.tolist(),
+            "ref_logprobs": batch.ref_logprobs.tolist(),
+            "rewards": batch.rewards.tolist(),
+            "metrics": {k: m[k] for k in sorted(m) if k.split("/")[0] in ("loss", "kl", "policy")
+                        or k == "optim/grad_norm"},
+        })
+    out["param_abs_sum"] = float(sum(p.detach().double().abs().sum()
+                                     for p in engine.model.parameters()))
+    return out
+
+
+@pytest.fixture
+def overrides(tiny_overrides):
+    return tiny_overrides + ["prompts_per_step=3", "num_generations=3", "optim.lr=1e-2",
+                             "sampler.temperature=1.5", "sampler.max_new_tokens=16",
+                             "sampler.per_task.A.max_new_tokens=16"]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_seed_same_samples_and_losses_as_before(name, overrides):
+    got = _run(overrides + SCENARIOS[name])
+    if RECORD:
+        golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        golden[name] = got
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(golden, indent=0, sort_keys=True))
+        pytest.skip("recorded")
+    want = json.loads(GOLDEN.read_text())[name]
+    assert len(got["steps"]) == len(want["steps"]) == 2
+    for step, (g, w) in enumerate(zip(got["steps"], want["steps"])):
+        for key in ("prompt_ids", "completion_ids", "completion_mask"):
+            assert g[key] == w[key], f"step {step}: {key} changed"
+        for key in ("logprobs", "ref_logprobs", "rewards"):
+            assert torch.allclose(torch.tensor(g[key]), torch.tensor(w[key]), atol=2e-5), \
+                f"step {step}: {key}"
+        assert g["metrics"].keys() == w["metrics"].keys()
+        for k, v in w["metrics"].items():
+            assert g["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), f"step {step}: {k}"
+    assert got["param_abs_sum"] == pytest.approx(want["param_abs_sum"], rel=1e-6)
