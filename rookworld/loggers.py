@@ -1,37 +1,86 @@
 """Where metrics go besides the always-on metrics file: the `logger` group.
 
 Each logger has `start(run_dir, config)`, `log(metrics, step)`,
-`log_examples(rows, step)` and `finish(outcome, summary)`.
+`log_examples(rows, step)` and `finish(outcome, summary)`. `step` is the index
+of the last training step done (-1 = the evaluation before training); an
+evaluation row shares its step with the training row just before it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
-CONSOLE_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "kl/value", "kl/coef",
-                "policy/entropy", "groups/zero_variance_share", "time/step_s")
+CONSOLE_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "train_batch/reward",
+                "kl/value", "kl/coef", "policy/entropy", "policy/clip_frac_high",
+                "groups/zero_variance_share", "time/step_s")
+
+
+def fmt_value(v) -> str:
+    """4 significant digits for floats, everything else as str."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def fmt_duration(seconds: float) -> str:
+    """75 -> '1m15s', 3725 -> '1h02m', 8.4 -> '8s'."""
+    s = int(round(max(seconds, 0.0)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def is_eval_row(metrics: dict) -> bool:
+    return any(k.startswith("eval/") for k in metrics)
+
+
+def format_eval(metrics: dict) -> str:
+    """eval/* metrics on one line, grouped by task: 'eval/reward=0.2 | P: reward=0.1 ...'."""
+    tasks: dict[str, list[str]] = {}
+    for k, v in metrics.items():
+        parts = k.split("/")
+        if len(parts) == 3 and parts[0] == "eval":
+            tasks.setdefault(parts[1], []).append(f"{parts[2]}={fmt_value(v)}")
+    head = f"eval/reward={fmt_value(metrics['eval/reward'])}" if "eval/reward" in metrics else ""
+    body = [f"{t}: " + " ".join(items) for t, items in sorted(tasks.items())]
+    tail = [f"{fmt_duration(metrics['time/eval_s'])}"] if "time/eval_s" in metrics else []
+    return " | ".join(x for x in [head, *body, *tail] if x)
 
 
 class ConsoleLogger:
-    """One readable line every `every` steps with `keys` (missing keys are skipped)."""
+    """One readable line every `every` training steps with `keys` (missing keys are
+    skipped), prefixed with the step, the seconds per step and the time left; one line
+    per evaluation (always), grouped by task."""
 
     def __init__(self, every: int = 1, keys: list[str] | tuple = CONSOLE_KEYS):
         self.every, self.keys = max(int(every), 1), tuple(keys)
+        self.total, self._first = None, None  # (step, time) of the first training row seen
 
     def start(self, run_dir, config: dict) -> None:
+        self.total, self._first = config.get("steps"), None
         print(f"[rookworld] run directory: {run_dir}", flush=True)
 
+    def _prefix(self, step: int) -> str:
+        now, total = time.perf_counter(), self.total or 0
+        width = len(str(total))
+        head = f"step {step:>{width}}/{total}"
+        if self._first is None or step <= self._first[0]:
+            return head
+        per_step = (now - self._first[1]) / (step - self._first[0])
+        return f"{head} {per_step:.3g}s/step eta {fmt_duration(per_step * (total - step - 1))}"
+
     def log(self, metrics: dict, step: int) -> None:
-        if any(k.startswith("eval/") for k in metrics):
-            shown = {k: v for k, v in metrics.items() if k.startswith("eval/")}
-        elif step % self.every:
+        if is_eval_row(metrics):
+            where = "before training" if step < 0 else f"after step {step}"
+            print(f"[eval {where}] {format_eval(metrics)}", flush=True)
             return
-        else:
-            shown = {k: metrics[k] for k in self.keys if k in metrics}
-        body = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in shown.items())
-        print(f"[step {step:>4}] {body}", flush=True)
+        if self._first is None:
+            self._first = (step, time.perf_counter())
+        if step % self.every and step + 1 != self.total:
+            return
+        body = "  ".join(f"{k}={fmt_value(metrics[k])}" for k in self.keys if k in metrics)
+        print(f"[{self._prefix(step)}] {body}", flush=True)
 
     def log_examples(self, rows: list[dict], step: int) -> None:
         pass
@@ -41,11 +90,39 @@ class ConsoleLogger:
               + (f" ({outcome.reason})" if outcome.reason else ""), flush=True)
 
 
+class ExamplesFile:
+    """Every evaluation's sample completions with their rewards, one JSON row each
+    ({step, task, prompt, completion, reference, reward}), in RUN_DIR/`filename`;
+    `python -m rookworld.report` shows the last evaluation's."""
+
+    def __init__(self, filename: str = "examples.jsonl"):
+        self.filename, self.path = filename, None
+
+    def start(self, run_dir, config: dict) -> None:
+        self.path = Path(run_dir) / self.filename
+
+    def log(self, metrics: dict, step: int) -> None:
+        pass
+
+    def log_examples(self, rows: list[dict], step: int) -> None:
+        if rows:
+            with open(self.path, "a") as f:
+                f.write("".join(json.dumps({"step": step, **r}, default=float) + "\n"
+                                for r in rows))
+
+    def finish(self, outcome, summary: dict) -> None:
+        pass
+
+
 class WandbLogger:
     """Weights & Biases. mode: online | offline | disabled (WANDB_MODE overrides);
     project/entity/group/job_type/tags/name as in `wandb.init`; the resolved config
-    is the run config; the outcome and final eval go to the summary; a table of
-    sample completions with their rewards every `examples_every` evaluations."""
+    is the run config; every row is logged with its training step as the x-axis
+    (`step`, -1 = before training); the outcome, the first and the final evaluation
+    go to the summary (`outcome/*`, `initial/eval/*`, `final/eval/*`, `objective`);
+    a table of sample completions with their rewards (`eval/examples`) every
+    `examples_every` evaluations. The run is written under RUN_DIR/wandb; an
+    offline run is uploaded later with `wandb sync RUN_DIR/wandb/offline-run-*`."""
 
     def __init__(self, project: str = "rookworld", entity: str | None = None,
                  group: str | None = None, job_type: str = "train", tags: list | None = None,
@@ -54,8 +131,8 @@ class WandbLogger:
             raise ValueError(f"logger.wandb.mode must be online, offline or disabled, got {mode!r}")
         self.kwargs = dict(project=project, entity=entity, group=group, job_type=job_type,
                            tags=list(tags or []), name=name)
-        self.mode, self.examples_every, self.run, self._n_examples = (
-            mode, max(int(examples_every), 1), None, 0)
+        self.mode, self.examples_every = mode, max(int(examples_every), 1)
+        self.run, self._n_evals, self._initial = None, 0, {}
 
     def start(self, run_dir, config: dict) -> None:
         import wandb
@@ -63,21 +140,28 @@ class WandbLogger:
         mode = os.environ.get("WANDB_MODE", self.mode)
         self.run = wandb.init(dir=str(Path(run_dir)), config=config, mode=mode,
                               reinit="finish_previous", **self.kwargs)
+        # our step is the x-axis: W&B's own _step must grow, ours starts at -1 and an
+        # evaluation row repeats the step of the training row before it
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
 
     def log(self, metrics: dict, step: int) -> None:
-        self.run.log(dict(metrics), step=step)
+        if step < 0 and is_eval_row(metrics):
+            self._initial = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        self.run.log({**metrics, "step": step})
 
     def log_examples(self, rows: list[dict], step: int) -> None:
-        self._n_examples += 1
-        if not rows or (self._n_examples - 1) % self.examples_every:
+        self._n_evals += 1
+        if not rows or (self._n_evals - 1) % self.examples_every:
             return
         import wandb
 
-        cols = list(rows[0])
-        self.run.log({"examples": wandb.Table(columns=cols, data=[[r[c] for c in cols]
-                                                                  for r in rows])}, step=step)
+        cols = ["step", *rows[0]]
+        table = wandb.Table(columns=cols, data=[[step, *(r[c] for c in cols[1:])] for r in rows])
+        self.run.log({"eval/examples": table, "step": step})
 
     def finish(self, outcome, summary: dict) -> None:
-        self.run.summary.update({"outcome": outcome.status, "outcome_step": outcome.step,
-                                 "outcome_reason": outcome.reason, **summary})
-        self.run.finish()
+        initial = {f"initial/{k}": v for k, v in self._initial.items()}
+        self.run.summary.update({"outcome/status": outcome.status, "outcome/step": outcome.step,
+                                 "outcome/reason": outcome.reason, **initial, **summary})
+        self.run.finish(exit_code=0 if outcome.status == "success" else 1)
