@@ -31,6 +31,7 @@ from .data_io import load_data
 from .engine import GRPOEngine, peak_memory_mb
 from .evaluation import Evaluator
 from .guards import KLGuard, NaNGuard, Outcome
+from .sweeps.trial import run_trial, study_ref
 
 
 @dataclass
@@ -221,6 +222,8 @@ def main(cfg: DictConfig) -> float:
     cfg, resumed_dir = resolve_resume(cfg)
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
+        return run_trial(cfg, run_dir, run, study_ref(hc))
     return run(cfg, run_dir, multirun=multirun).objective
 
 

@@ -1,0 +1,171 @@
+"""What one sweep job does and records.
+
+A job (one Optuna trial) trains `sweep.replicas` runs of its config with seeds
+seed, seed+1, ..., aggregates their outcomes and returns the objective: the
+mean over replicas of each replica's objective, where a replica that did not
+succeed (or whose objective is not finite) counts as `sweep.failed_objective`.
+It never raises for a failed replica and never returns NaN.
+
+The Hydra Optuna sweeper has no path for user attributes, so the job writes
+them itself: it opens the study's storage, finds its own RUNNING trial (by the
+trial number that `tag` passed in as `sweep.trial`, else by its parameters) and
+sets the attributes below before the sweeper records the objective. Read them
+with plain Optuna: `optuna.load_study(study_name=..., storage=...).trials[i].user_attrs`.
+
+    outcomes          ["success", "kl_failure", ...], one per replica
+    seeds             [seed, seed+1, ...]
+    success_rate, kl_failure_rate, nan_failure_rate, error_rate   shares of replicas
+    objective         the value returned to Optuna
+    final_eval        final held-out eval metrics, mean over successful replicas ({} if none)
+    run_dir           the trial's output directory
+    replicas          per replica: seed, status, step, reason, objective, run_dir, final_eval
+
+The same dict is written to `<run_dir>/trial.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..checkpoint import atomic_write_text
+from ..guards import OUTCOMES
+from .storage import open_storage
+
+TRIAL_KEY = "sweep.trial"  # the fixed parameter carrying the Optuna trial number into the job
+
+
+def tag(config: DictConfig, trial: optuna.trial.Trial) -> None:
+    """Sweeper `custom_search_space` hook: pass the trial number to the job as the
+    single-valued parameter `sweep.trial` (the sampler never sees it), so the job finds
+    its own trial unambiguously and its output directory is named after it."""
+    trial.suggest_int(TRIAL_KEY, trial.number, trial.number)
+
+
+@dataclass(frozen=True)
+class StudyRef:
+    """The Optuna study a job belongs to."""
+
+    storage: str
+    study_name: str
+
+
+def study_ref(hydra_cfg: DictConfig) -> StudyRef | None:
+    """The study from the Hydra config of a running job; None when the sweeper is not
+    Optuna's or keeps the study in memory (then only trial.json is written)."""
+    sweeper = hydra_cfg.get("sweeper") or {}
+    if "optuna" not in str(sweeper.get("_target_", "")) or not sweeper.get("storage"):
+        return None
+    return StudyRef(str(sweeper.storage), str(sweeper.study_name))
+
+
+def summarize(replicas: list[dict], failed_objective: float) -> dict:
+    """Per-replica results -> the trial's outcome counts, rates and objective.
+
+    replicas: dicts with seed, status (one of guards.OUTCOMES), objective, final_eval, run_dir.
+    A replica whose status is not success, or whose objective is not finite, counts
+    as failed_objective.
+    """
+    n = len(replicas)
+    counts = Counter(r["status"] for r in replicas)
+    values = [r["objective"] if r["status"] == "success" and math.isfinite(r["objective"])
+              else failed_objective for r in replicas]
+    ok = [r["final_eval"] for r in replicas if r["status"] == "success" and r["final_eval"]]
+    keys = set.intersection(*(set(e) for e in ok)) if ok else set()
+    return {
+        "outcomes": [r["status"] for r in replicas],
+        "seeds": [r["seed"] for r in replicas],
+        **{f"{s}_rate": counts[s] / n for s in OUTCOMES},
+        "objective": sum(values) / n,
+        "final_eval": {k: sum(e[k] for e in ok) / len(ok) for k in sorted(keys)},
+        "replicas": replicas,
+    }
+
+
+def replica_config(cfg: DictConfig, index: int, study: StudyRef | None) -> DictConfig:
+    """The trial's config for replica `index`: seed + index; a W&B logger joins the
+    study's group as job type `trial` (unless the user set group or job type)."""
+    out = cfg.copy()
+    with open_dict(out):
+        out.seed = cfg.seed + index
+        wandb = (out.get("logger") or {}).get("wandb")
+        if wandb is not None:
+            trial = OmegaConf.select(cfg, TRIAL_KEY, default=None)
+            if wandb.get("group") is None and study:
+                wandb.group = study.study_name
+            if wandb.get("job_type", "train") == "train":
+                wandb.job_type = "trial"
+            if wandb.get("name") is None and trial is not None:
+                wandb.name = f"{wandb.get('group') or 'sweep'}-trial{trial}-seed{out.seed}"
+    return out
+
+
+def run_replica(cfg: DictConfig, run_dir: Path, run_fn: Callable) -> dict:
+    """Train one replica in run_dir with run_fn(cfg, run_dir, multirun=True) -> RunResult;
+    an exception (bad config or data for this trial) becomes an `error` outcome."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        r = run_fn(cfg, run_dir, multirun=True)
+        status, step, reason, objective, final = (r.outcome.status, r.outcome.step,
+                                                  r.outcome.reason, r.objective, r.final_eval)
+    except Exception as e:  # recorded as the replica's outcome, with its traceback on disk
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        status, step, reason, objective, final = "error", -1, f"{type(e).__name__}: {e}", \
+            float(cfg.sweep.failed_objective), {}
+        print(f"[rookworld] replica seed={cfg.seed} failed: {reason}", flush=True)
+    return {"seed": int(cfg.seed), "status": status, "step": int(step), "reason": reason,
+            "objective": float(objective), "run_dir": str(run_dir),
+            "final_eval": {k: float(v) for k, v in final.items() if k.startswith("eval/")}}
+
+
+def find_trial_id(storage: optuna.storages.RDBStorage, study_id: int, cfg: DictConfig) -> int:
+    """This job's trial: by the number `tag` passed in, else the one RUNNING trial whose
+    parameters all equal this job's config values."""
+    number = OmegaConf.select(cfg, TRIAL_KEY, default=None)
+    if number is None:
+        running = storage.get_all_trials(study_id, deepcopy=False,
+                                         states=(optuna.trial.TrialState.RUNNING,))
+        matches = [t.number for t in running if t.params and all(
+            OmegaConf.select(cfg, k, default=None) == v for k, v in t.params.items())]
+        if len(matches) != 1:
+            raise RuntimeError(f"{len(matches)} running trials match this job's parameters; "
+                               "set hydra.sweeper.custom_search_space=rookworld.sweeps.trial.tag")
+        number = matches[0]
+    return storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
+
+
+def record(study: StudyRef, cfg: DictConfig, attrs: dict) -> None:
+    """Set attrs as user attributes on this job's RUNNING trial."""
+    storage = open_storage(study.storage)
+    trial_id = find_trial_id(storage, storage.get_study_id_from_name(study.study_name), cfg)
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+
+
+def run_trial(cfg: DictConfig, out_dir: Path, run_fn: Callable,
+              study: StudyRef | None) -> float:
+    """Run the trial's replicas (in out_dir itself when there is one, else in
+    out_dir/seed-<s>), record the summary, return the objective."""
+    n = cfg.sweep.replicas
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"sweep.replicas must be an integer >= 1, got {n!r}")
+    replicas = []
+    for i in range(n):
+        rcfg = replica_config(cfg, i, study)
+        replicas.append(run_replica(rcfg, out_dir if n == 1 else out_dir / f"seed-{rcfg.seed}",
+                                    run_fn))
+    attrs = {**summarize(replicas, float(cfg.sweep.failed_objective)), "run_dir": str(out_dir)}
+    atomic_write_text(out_dir / "trial.json", json.dumps(attrs, indent=2))
+    if study:
+        record(study, cfg, attrs)
+    print(f"[rookworld] trial outcomes={attrs['outcomes']} objective={attrs['objective']:.4f}",
+          flush=True)
+    return attrs["objective"]
