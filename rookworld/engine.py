@@ -19,7 +19,7 @@ from torch import Tensor
 
 from . import grpo
 from .chess_tasks import Sample
-from .forward import chunked, completion_logits
+from .forward import CompletionLogits, completion_logprobs
 from .lr import scale_lr
 from .sampling import Rollout, SamplingSettings, sample
 
@@ -102,6 +102,7 @@ class GRPOEngine:
         self.ref = None
         if use_reference:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.logits_fn = CompletionLogits(self.model)  # the policy's teacher-forced forward
         self.optim = optim
         self.optimizer, self.scheduler = optim.build(
             [p for p in self.model.parameters() if p.requires_grad], total_steps)
@@ -149,13 +150,9 @@ class GRPOEngine:
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
         return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m)
 
-    @torch.no_grad()
     def _ref_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
-        def fn(pi, pm, ci, cm, tt):
-            logits = completion_logits(self.ref, pi, pm, ci, cm) / tt[:, None, None]
-            return grpo.token_logprobs(logits, ci)
-        return chunked(fn, self.micro_batch, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                       r.completion_mask, temps) * r.completion_mask
+        return completion_logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
+                                   temps, self.micro_batch) * r.completion_mask
 
     def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
         m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
@@ -185,8 +182,7 @@ class GRPOEngine:
     # ----------------------------------------------------------------- update
     def _forward(self, b: Batch, rows: slice):
         r = b.rollout
-        logits = completion_logits(self.model, r.prompt_ids[rows], r.prompt_mask[rows],
-                                   r.completion_ids[rows], r.completion_mask[rows])
+        logits = self.logits_fn(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows])
         return logits / b.temperature[rows, None, None]
 
     def _micro_slices(self, n: int) -> list[slice]:
@@ -223,8 +219,8 @@ class GRPOEngine:
             return grpo.KL_ESTIMATORS[self.kl_estimator](logp, ref_lp)
         r = b.rollout
         with torch.no_grad():
-            ref_logits = completion_logits(self.ref, r.prompt_ids[rows], r.prompt_mask[rows],
-                                           r.completion_ids[rows], r.completion_mask[rows])
+            ref_logits = CompletionLogits(self.ref)(r.prompt_ids[rows], r.prompt_mask[rows],
+                                                    r.completion_ids[rows])
         return grpo.kl_full(logits, ref_logits / b.temperature[rows, None, None])
 
     def update(self, b: Batch, step: int) -> dict:

@@ -17,6 +17,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .forward import (
+    block,
+    check_gpt2,
+    final_norm,
+    positions_from_mask,
+    prefill_mask,
+    prompt_forward,
+    unique_prompts,
+)
+
+__all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "left_pad",
+           "per_task_settings", "positions_from_mask", "prefill_mask", "sample"]
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -68,11 +81,6 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
-def positions_from_mask(mask: Tensor) -> Tensor:
-    """[N,S] attention mask -> [N,S] positions counting real tokens from 0 (pads get 0)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
 def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     """[N,V] -> [N,V] with -inf outside the top-k and outside the top-p nucleus."""
     if top_k and top_k < logits.shape[-1]:
@@ -96,52 +104,33 @@ class KVCache:
         self.v = torch.empty(shape, dtype=dtype, device=device)
 
 
-def _block(x: Tensor, blk, cache: KVCache, layer: int, start: int, attn_mask: Tensor) -> Tensor:
-    n, s, c = x.shape
-    n_head = blk.attn.num_heads
-    h = F.layer_norm(x, (c,), blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps)
-    qkv = torch.addmm(blk.attn.c_attn.bias, h.reshape(-1, c), blk.attn.c_attn.weight)
-    q, k, v = qkv.view(n, s, 3, n_head, c // n_head).permute(2, 0, 3, 1, 4)
-    cache.k[layer, :, :, start:start + s] = k
-    cache.v[layer, :, :, start:start + s] = v
-    end = start + s
-    att = F.scaled_dot_product_attention(q, cache.k[layer, :, :, :end], cache.v[layer, :, :, :end],
-                                         attn_mask=attn_mask)
-    att = att.transpose(1, 2).reshape(-1, c)
-    x = x + torch.addmm(blk.attn.c_proj.bias, att, blk.attn.c_proj.weight).view(n, s, c)
-    h = F.layer_norm(x, (c,), blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps).reshape(-1, c)
-    h = F.gelu(torch.addmm(blk.mlp.c_fc.bias, h, blk.mlp.c_fc.weight), approximate="tanh")
-    return x + torch.addmm(blk.mlp.c_proj.bias, h, blk.mlp.c_proj.weight).view(n, s, c)
-
-
 def cached_forward(model, ids: Tensor, positions: Tensor, cache: KVCache, start: int,
                    attn_mask: Tensor) -> Tensor:
     """GPT-2 forward of ids [N,S] written at cache slots start..start+S; attn_mask
     [N,1,S,start+S] bool (True = may attend). Returns last-position logits [N,V]."""
     tr = model.transformer
     x = tr.wte(ids) + tr.wpe(positions)
+    end = start + ids.shape[1]
     for i, blk in enumerate(tr.h):
-        x = _block(x, blk, cache, i, start, attn_mask)
-    x = F.layer_norm(x[:, -1], (x.shape[-1],), tr.ln_f.weight, tr.ln_f.bias, tr.ln_f.eps)
-    return model.lm_head(x)
+        def attend(q, k, v, i=i):
+            cache.k[i, :, :, start:end] = k
+            cache.v[i, :, :, start:end] = v
+            return F.scaled_dot_product_attention(q, cache.k[i, :, :, :end], cache.v[i, :, :, :end],
+                                                  attn_mask=attn_mask)
+        x = block(x, blk, attend)
+    return model.lm_head(final_norm(model, x[:, -1]))
 
 
-def _check_gpt2(model) -> None:
-    cfg = model.config
-    if cfg.model_type != "gpt2" or cfg.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"the cached sampler supports GPT-2 with tanh GELU, got "
-                         f"{cfg.model_type}/{cfg.activation_function}")
-    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False) or getattr(
-            cfg, "reorder_and_upcast_attn", False):
-        raise ValueError("the cached sampler does not support GPT-2 attention variants")
+def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, cache: KVCache) -> Tensor:
+    """Run each distinct prompt once and copy its keys/values into every row that
+    repeats it (cache slots 0..P-1). Returns next-token logits [N,V]."""
+    uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
+    p = prompt_ids.shape[1]
 
-
-def _prefill_mask(prompt_mask: Tensor) -> Tensor:
-    n, p = prompt_mask.shape
-    causal = torch.ones(p, p, dtype=torch.bool, device=prompt_mask.device).tril()
-    real_key = prompt_mask.bool()[:, None, None, :]
-    eye = torch.eye(p, dtype=torch.bool, device=prompt_mask.device)
-    return causal & (real_key | eye)  # a pad query attends to itself only (no NaN rows)
+    def on_kv(i, k, v):
+        cache.k[i, :, :, :p] = k[index]
+        cache.v[i, :, :, :p] = v[index]
+    return model.lm_head(prompt_forward(model, uniq, u_mask, on_kv))[index]
 
 
 @torch.no_grad()
@@ -151,7 +140,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
 
     prompts: N id lists (any lengths). Returns a `Rollout` on the model's device.
     """
-    _check_gpt2(model)
+    check_gpt2(model)
     device = model.transformer.wte.weight.device
     dtype = model.transformer.wte.weight.dtype
     prompt_ids, prompt_mask = (t.to(device) for t in left_pad(prompts, eos_id))
@@ -164,8 +153,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     cache = KVCache(cfg.n_layer, n, cfg.n_head, p + t_max, cfg.n_embd // cfg.n_head, dtype, device)
     key_ok = torch.ones(n, 1, 1, p + t_max, dtype=torch.bool, device=device)
     key_ok[:, 0, 0, :p] = prompt_mask.bool()
-    logits = cached_forward(model, prompt_ids, positions_from_mask(prompt_mask), cache, 0,
-                            _prefill_mask(prompt_mask))
+    logits = prefill(model, prompt_ids, prompt_mask, cache)
     next_pos = prompt_mask.sum(-1)
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
