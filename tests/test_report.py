@@ -1,0 +1,107 @@
+"""`python -m rookworld.report`: on a hand-written run directory, every number in the
+Markdown is worked out by hand; the plots exist, are labelled and keep flat lines flat."""
+
+import json
+
+import matplotlib.pyplot as plt
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from rookworld import report
+from rookworld.config import compose
+
+OVERRIDES = ["kl=adaptive", "steps=4"]
+
+
+def _train_row(step, reward):
+    return {"step": step, "reward/mean": reward, "reward/P/mean": reward + 0.1,
+            "reward/A/mean": reward - 0.1, "kl/k3": 0.01 * step, "kl/value": 0.01 * step,
+            "kl/coef": 0.04, "policy/entropy": 2.0, "policy/clip_frac_low": 0.0,
+            "policy/clip_frac_high": 0.02, "groups/zero_variance_share": 0.5,
+            "time/step_s": 2.0 + step}
+
+
+def _eval_row(step, best, error):
+    return {"step": step, "eval/P/best": best, "eval/P/eval_error": error,
+            "eval/reward": best - 0.5, "time/eval_s": 3.0}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    d = tmp_path / "2026-11-22_09-00-00"
+    (d / ".hydra").mkdir(parents=True)
+    OmegaConf.save(compose(OVERRIDES), d / ".hydra" / "config.yaml")
+    (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(OVERRIDES))
+    rows = [_eval_row(-1, 0.1, 2.0), _train_row(0, -0.3), _train_row(1, -0.1),
+            _eval_row(1, 0.4, 1.5), _train_row(2, 0.1), _train_row(3, 0.3),
+            _eval_row(3, 0.3, 1.0)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "rew')
+    (d / "outcome.json").write_text(json.dumps({
+        "status": "success", "step": 4, "reason": "", "objective": -0.2,
+        "initial_eval": rows[0], "final_eval": rows[-1]}))
+    ex = {"prompt": "P: 8/8 w - - 0 1 ", "completion": "M: a", "reference": "M: b"}
+    (d / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "task": "P", "reward": 0.5, **ex},
+        {"step": 3, "task": "P", "reward": 0.7, **ex},
+        {"step": 3, "task": "A", "reward": 0.9, **ex, "prompt": "A: x"}]))
+    (d / "data_report.json").write_text(json.dumps({"train": {"P": 10, "A": 12},
+                                                    "eval": {"P": 3, "A": 4}}))
+    return d
+
+
+def test_report_markdown_by_hand(run_dir):
+    md = report.write_report(run_dir).read_text()
+    assert md.startswith("# Run report: 2026-11-22_09-00-00\n")
+    assert "- Command: `python -m rookworld.train kl=adaptive steps=4`" in md
+    assert "- Outcome: **success** at step 4\n- Objective (eval/reward): -0.200" in md
+    # 4 training rows, 3 evaluations (the torn last line is skipped); median of 2,3,4,5 s
+    assert "- Logged: 4 training steps, 3 evaluations, median 3.5 s per step" in md
+    assert "- Data: train P 10, A 12; held-out P 3, A 4" in md
+    assert "| `kl` | `adaptive` |" in md and "| `steps` | `4` |" in md
+    assert "| `kl._target_` | `rookworld.kl.FixedKL` | `rookworld.kl.AdaptiveKL` |" in md
+    # before -1, after 3, best over -1, 1, 3; eval_error is lower-better
+    assert "| eval/P/best | 0.100 | 0.300 | +0.200 | 0.400 (1) |" in md
+    assert "| eval/P/eval_error | 2.000 | 1.000 | -1.000 | 1.000 (3) |" in md
+    assert md.index("| eval/P/eval_error") < md.index("| eval/reward | -0.400 | -0.200")
+    # first/last step and means of the first and last 4 (window 5 > 4 rows)
+    assert "| reward/mean | -0.3 | 0.3 | 0 | 0 |" in md  # fmean(-0.3, -0.1, 0.1, 0.3)
+    assert "| kl/value | 0 | 0.03 | 0.015 | 0.015 |" in md
+    assert "Greedy completions at the last evaluation (step 3)" in md
+    assert "- P, reward 0.700" in md and "- A, reward 0.900" in md and "reward 0.500" not in md
+    for name in ("overview", "reward", "kl", "entropy", "clip", "eval"):
+        assert f"![{name}]({name}.png)" in md
+        assert (run_dir / "report" / f"{name}.png").stat().st_size > 10_000
+
+
+def test_train_table_window(run_dir):
+    lines = report.train_table(report.load_run(run_dir), window=2)
+    # first two rows: kl 0, 0.01 -> 0.005; last two: 0.02, 0.03 -> 0.025
+    assert "| kl/value | 0 | 0.03 | 0.005 | 0.025 |" in lines
+
+
+def test_series_last_row_of_a_repeated_step_wins():
+    rows = [{"step": 0, "x": 1.0}, {"step": 1, "x": 2.0}, {"step": 1, "x": 3.0}, {"step": 2}]
+    assert report.series(rows, "x") == ([0, 1], [1.0, 3.0])
+
+
+def test_panels_label_axes_and_say_when_nothing_was_logged(run_dir):
+    run = report.load_run(run_dir)
+    fig, (a, b, c) = plt.subplots(1, 3)
+    report.draw(a, report.KL, run)
+    report.draw(b, report.ENTROPY, run)
+    run.train = [{k: v for k, v in r.items() if not k.startswith("policy/clip")}
+                 for r in run.train]
+    report.draw(c, report.CLIP, run)
+    assert a.get_xlabel() == "training step" and a.get_ylabel() == "nats per token"
+    labels = [t.get_text() for t in a.get_legend().get_texts()]
+    assert labels == ["k3", "guard: k3 > 1.0"]  # the guard's threshold from the run's config
+    lo, hi = b.get_ylim()  # entropy 2.0 at every step: +-5% of 2, not a blown-up axis
+    assert (lo, hi) == pytest.approx((1.9, 2.1))
+    assert [t.get_text() for t in c.texts] == ["not logged in this run"]
+    plt.close(fig)
+
+
+def test_not_a_run_directory(tmp_path):
+    with pytest.raises(SystemExit, match="no metrics.jsonl"):
+        report.main([str(tmp_path)])
