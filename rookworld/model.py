@@ -36,6 +36,10 @@ class Policy:
 
     def encode_prompt(self, text: str) -> list[int]:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        n_embed = self.model.get_input_embeddings().num_embeddings
+        if ids and max(ids) >= n_embed:
+            raise ValueError(f"prompt {text[:40]!r}... encodes to token id {max(ids)} beyond the "
+                             f"model's {n_embed} embeddings")
         return ([self.bos_id] if self.bos_id is not None else []) + ids
 
     def decode(self, ids) -> str:
@@ -95,8 +99,9 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
 
     if Path(path).expanduser().exists():
         path, local_files_only = str(Path(path).expanduser()), True
-    elif "/" not in path:
-        raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id")
+    elif path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id "
+                                "(owner/name)")
     kwargs = dict(local_files_only=local_files_only, revision=revision)
     tok = AutoTokenizer.from_pretrained(path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(
@@ -107,12 +112,23 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
         raise ValueError(f"model.path={path!r}: tokenizer has no end-of-text token")
     tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    n_embed = model.get_input_embeddings().num_embeddings
-    if len(tok) > n_embed:
-        raise ValueError(f"model.path={path!r}: tokenizer has {len(tok)} entries but the "
-                         f"embedding matrix only {n_embed} rows")
+    check_vocab(tok, model.get_input_embeddings().num_embeddings, path)
     bos = tok.eos_token_id if bos_before_prompt else None
     return Policy(model.float().eval(), tok, eos_id=tok.eos_token_id, bos_id=bos)
+
+
+def check_vocab(tok, n_embed: int, path: str) -> None:
+    """The tokenizer's base vocabulary and its end-of-text must fit the embedding matrix.
+
+    Added tokens beyond it are tolerated (RookWorld-LM-124M's exported tokenizer has
+    50259 entries for 50257 rows): they are never produced for task text, and
+    `Policy.encode_prompt` refuses any id out of range instead of indexing past the end.
+    """
+    base = tok.vocab_size
+    if base > n_embed or tok.eos_token_id >= n_embed:
+        raise ValueError(f"model.path={path!r}: tokenizer vocabulary ({base} entries, "
+                         f"end-of-text id {tok.eos_token_id}) does not fit the embedding "
+                         f"matrix ({n_embed} rows)")
 
 
 def load_embedded(path: str | None = None) -> Policy:

@@ -1,0 +1,81 @@
+"""model=rookworld_lm_124m's code path, offline: a GPT-2-small-shaped model and a BPE
+tokenizer built here, saved in the hub layout, loaded exactly as the hub model is."""
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+from rookworld.config import compose
+from rookworld.model import load_pretrained
+from rookworld.rewards.graduated import GraduatedReward
+from rookworld.train import build_engine, build_parts
+
+EOS = "<|endoftext|>"
+
+
+def bpe_tokenizer(texts, vocab_size=400) -> PreTrainedTokenizerFast:
+    """Byte-level BPE like GPT-2's (end-of-text at the end of the base vocabulary) plus
+    two added tokens past it, as RookWorld-LM-124M's export has (50259 vs 50257 rows)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS,
+                                   unk_token=EOS)
+    fast.add_special_tokens({"additional_special_tokens": ["<|pad0|>", "<|pad1|>"]})
+    return fast
+
+
+def save_hub_dir(tmp_path, synthetic_data, n_layer, n_embd, n_head):
+    from rookworld.data_io import read_samples
+
+    texts = [s.prompt + s.completion for s in read_samples(synthetic_data[0])][:400]
+    tok = bpe_tokenizer(texts)
+    n_vocab = tok.vocab_size  # embedding rows = base vocabulary; 2 added tokens lie beyond
+    cfg = GPT2Config(vocab_size=n_vocab, n_positions=256, n_embd=n_embd, n_layer=n_layer,
+                     n_head=n_head, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    assert cfg.resid_pdrop == 0.1  # the export's default dropout, which the loader must zero
+    GPT2LMHeadModel(cfg).to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    tok.save_pretrained(tmp_path)
+    return tok
+
+
+def test_local_hub_layout_loads_with_dropout_off_fp32_and_bos(tmp_path, synthetic_data):
+    tok = save_hub_dir(tmp_path, synthetic_data, 2, 64, 2)
+    assert len(tok) == tok.vocab_size + 2
+    policy = load_pretrained(str(tmp_path), bos_before_prompt=True)
+    c = policy.model.config
+    assert c.resid_pdrop == c.embd_pdrop == c.attn_pdrop == 0.0
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+    ids = policy.encode_prompt("P: 8/8/8/8/8/8/8/K6k w - - 0 1 ")
+    assert ids[0] == policy.eos_id == tok.eos_token_id
+    assert policy.tokenizer.padding_side == "left" and policy.tokenizer.pad_token_id == policy.eos_id
+    with pytest.raises(ValueError, match="beyond the model"):
+        policy.encode_prompt("<|pad1|>")
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model.path"):
+        load_pretrained(str(tmp_path / "nope"))
+
+
+@pytest.mark.slow
+def test_gpt2_small_shape_grpo_step_through_the_config_path(tmp_path, synthetic_data,
+                                                             tiny_overrides):
+    save_hub_dir(tmp_path, synthetic_data, 12, 768, 12)
+    overrides = [o for o in tiny_overrides if not o.startswith("model")] + [
+        "model=rookworld_lm_124m", f"model.path={tmp_path}", "num_generations=2",
+        "prompts_per_step=1", "sampler.max_new_tokens=8", "sampler.per_task.A.max_new_tokens=8"]
+    cfg = compose(overrides)
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, GraduatedReward())
+    assert sum(p.numel() for p in engine.model.parameters()) > 80_000_000
+    from rookworld.data_io import read_samples
+    pool = read_samples(cfg.data.train)
+    batch = engine.rollout(pool[:1], 0)
+    m = engine.update(batch, 0)
+    assert torch.isfinite(torch.tensor(m["loss/total"]))
+    assert abs(m["kl/k3"]) < 1e-5  # reference and policy agree at step 0: dropout is off
