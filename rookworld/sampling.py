@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .forward import (
@@ -96,47 +95,86 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 
 
 class KVCache:
-    """Keys and values for every layer, allocated once: [L, N, H, S_max, D]."""
+    """Keys and values, allocated once. The prompt part is stored once per distinct
+    prompt and shared by the rows that repeat it; the completion part per row.
 
-    def __init__(self, n_layer, n, n_head, max_len, head_dim, dtype, device):
-        shape = (n_layer, n, n_head, max_len, head_dim)
+    prefix_k/prefix_v: L lists of [U,H,P,D] (group j's prompt, read by rows j*G..j*G+G-1);
+    prefix_bias [U,1,1,P]: 0 on real prompt keys, -inf on padding;
+    k/v: [L,N,H,T_max,D] completion keys/values."""
+
+    def __init__(self, n_layer, n, n_head, max_new, head_dim, dtype, device):
+        shape = (n_layer, n, n_head, max_new, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.prefix_k: list[Tensor] = []
+        self.prefix_v: list[Tensor] = []
+        self.prefix_bias = torch.empty(0)
+        self.group = 1
 
 
-def cached_forward(model, ids: Tensor, positions: Tensor, cache: KVCache, start: int,
-                   attn_mask: Tensor) -> Tensor:
-    """GPT-2 forward of ids [N,S] written at cache slots start..start+S; attn_mask
-    [N,1,S,start+S] bool (True = may attend). Returns last-position logits [N,V]."""
+def group_order(index: Tensor, n_unique: int) -> tuple[Tensor, int]:
+    """index [N] (row -> distinct prompt) -> (order [N/G], G) when rows come in blocks of
+    G equal prompts (a GRPO batch); else (index, 1): every row its own block."""
+    n = index.shape[0]
+    if n % n_unique == 0:
+        blocks = index.view(n_unique, n // n_unique)
+        if bool((blocks == blocks[:, :1]).all()):
+            return blocks[:, 0], n // n_unique
+    return index, 1
+
+
+def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
+    """Attention of one new token per row over its prompt (shared per group) and its
+    first t + 1 completion slots: q [N,H,1,D] -> [N,H,1,D]. Each group's G queries meet
+    their prompt's keys in one [G,D] x [D,P] product instead of G copies of the prompt."""
+    n, h, _, d = q.shape
+    g = cache.group
+    u = n // g
+    q = q * d ** -0.5
+    keys, values = cache.k[layer, :, :, :t + 1], cache.v[layer, :, :, :t + 1]
+    s_prompt = torch.matmul(q.reshape(u, g, h, d).transpose(1, 2),
+                            cache.prefix_k[layer].transpose(-1, -2)) + cache.prefix_bias
+    s_own = torch.matmul(q, keys.transpose(-1, -2)).view(u, g, h, t + 1).transpose(1, 2)
+    w_prompt, w_own = torch.cat([s_prompt, s_own], dim=-1).softmax(-1).split(
+        [s_prompt.shape[-1], t + 1], dim=-1)
+    out = torch.matmul(w_prompt, cache.prefix_v[layer]).transpose(1, 2).reshape(n, h, 1, d)
+    return out + torch.matmul(w_own.transpose(1, 2).reshape(n, h, 1, t + 1), values)
+
+
+def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int) -> Tensor:
+    """Forward of one token per row, tok/positions [N], written at completion slot t.
+    Returns next-token logits [N,V]."""
     tr = model.transformer
-    x = tr.wte(ids) + tr.wpe(positions)
-    end = start + ids.shape[1]
+    x = (tr.wte(tok) + tr.wpe(positions))[:, None]
     for i, blk in enumerate(tr.h):
         def attend(q, k, v, i=i):
-            cache.k[i, :, :, start:end] = k
-            cache.v[i, :, :, start:end] = v
-            return F.scaled_dot_product_attention(q, cache.k[i, :, :, :end], cache.v[i, :, :, :end],
-                                                  attn_mask=attn_mask)
+            cache.k[i, :, :, t:t + 1] = k
+            cache.v[i, :, :, t:t + 1] = v
+            return decode_attention(q, cache, i, t)
         x = block(x, blk, attend)
     return model.lm_head(final_norm(model, x[:, -1]))
 
 
 def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, cache: KVCache) -> Tensor:
-    """Run each distinct prompt once and copy its keys/values into every row that
-    repeats it (cache slots 0..P-1). Returns next-token logits [N,V]."""
+    """Run each distinct prompt once and keep its keys/values in the cache's shared
+    prompt part. Returns next-token logits [N,V]."""
     uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
-    p = prompt_ids.shape[1]
+    order, cache.group = group_order(index, uniq.shape[0])
 
     def on_kv(i, k, v):
-        cache.k[i, :, :, :p] = k[index]
-        cache.v[i, :, :, :p] = v[index]
-    return model.lm_head(prompt_forward(model, uniq, u_mask, on_kv))[index]
+        cache.prefix_k.append(k[order])
+        cache.prefix_v.append(v[order])
+    last = prompt_forward(model, uniq, u_mask, on_kv)
+    bias = torch.zeros(u_mask.shape, dtype=last.dtype, device=last.device)
+    cache.prefix_bias = bias.masked_fill(u_mask == 0, float("-inf"))[order][:, None, None, :]
+    return model.lm_head(last)[index]
 
 
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
            generator: torch.Generator | None = None) -> Rollout:
-    """Sample one completion per prompt (repeat prompts for G per group).
+    """Sample one completion per prompt (repeat prompts for G per group, rows of a
+    group next to each other: their prompt is then run and stored once).
 
     prompts: N id lists (any lengths). Returns a `Rollout` on the model's device.
     """
@@ -150,9 +188,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     if p + t_max > cfg.n_positions:
         raise ValueError(f"prompt ({p}) + sampler.max_new_tokens ({t_max}) exceeds the "
                          f"model's {cfg.n_positions} positions")
-    cache = KVCache(cfg.n_layer, n, cfg.n_head, p + t_max, cfg.n_embd // cfg.n_head, dtype, device)
-    key_ok = torch.ones(n, 1, 1, p + t_max, dtype=torch.bool, device=device)
-    key_ok[:, 0, 0, :p] = prompt_mask.bool()
+    cache = KVCache(cfg.n_layer, n, cfg.n_head, t_max, cfg.n_embd // cfg.n_head, dtype, device)
     logits = prefill(model, prompt_ids, prompt_mask, cache)
     next_pos = prompt_mask.sum(-1)
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
@@ -172,8 +208,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
         done |= ended
         if bool(done.all()) or t == t_max - 1:
             break
-        logits = cached_forward(model, tok[:, None], next_pos[:, None], cache, p + t,
-                                key_ok[:, :, :, :p + t + 1])
+        logits = decode_forward(model, tok, next_pos, cache, t)
         next_pos = next_pos + 1
     width = int(length.max())
     steps = torch.arange(width, device=device)[None, :]

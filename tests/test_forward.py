@@ -1,0 +1,92 @@
+"""The fast GPT-2 forward (prompt run once per group) equals the transformers forward:
+logits, gradients, chunked log-probs; the sampler's grouped cache equals one row at a time."""
+
+import pytest
+import torch
+
+from rookworld.forward import (
+    CompletionLogits,
+    completion_logits,
+    completion_logprobs,
+    logprob_chunk_rows,
+    unique_prompts,
+)
+from rookworld.model import build_random
+from rookworld.sampling import SamplingSettings, group_order, left_pad, sample
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_random(n_layer=2, n_embd=64, n_head=4, n_positions=128, seed=3)
+
+
+def batch(policy, texts, g, t=9, seed=0):
+    """Prompts repeated g times in blocks (a GRPO batch), random completions [N,t]."""
+    ids, mask = left_pad([policy.encode_prompt(x) for x in texts for _ in range(g)], 0)
+    comp = torch.randint(1, 96, (ids.shape[0], t), generator=torch.Generator().manual_seed(seed))
+    return ids, mask, comp
+
+
+def test_unique_prompts_and_group_order():
+    ids, mask = left_pad([[5, 6], [7], [5, 6], [7], [0, 7]], pad_id=0)
+    u_ids, u_mask, index = unique_prompts(ids, mask)
+    assert u_ids.shape[0] == 3  # [0,7] with mask [1,1] differs from [7] padded with 0
+    assert torch.equal(u_ids[index], ids) and torch.equal(u_mask[index], mask)
+    blocks = torch.tensor([2, 2, 0, 0, 1, 1])
+    assert group_order(blocks, 3)[0].tolist() == [2, 0, 1] and group_order(blocks, 3)[1] == 2
+    for irregular in ([0, 1, 0], [0, 1, 1, 0]):  # every row its own block, in row order
+        order, g = group_order(torch.tensor(irregular), 2)
+        assert g == 1 and order.tolist() == irregular
+
+
+def test_fast_logits_equal_transformers(policy):
+    ids, mask, comp = batch(policy, ["P: abc ", "A: a much longer prompt+", "P: q "], g=3)
+    fast = CompletionLogits(policy.model)(ids, mask, comp)
+    ref = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    assert fast.shape == ref.shape == (9, 9, 96)
+    assert torch.allclose(fast, ref, atol=2e-5)
+
+
+def test_fast_gradients_equal_transformers(policy):
+    ids, mask, comp = batch(policy, ["P: abc ", "A: longer prompt here+"], g=4)
+    w = torch.randn(8, comp.shape[1], 96, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for fn in (lambda: CompletionLogits(policy.model)(ids, mask, comp),
+               lambda: completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))):
+        policy.model.zero_grad()
+        (fn() * w).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in policy.model.named_parameters()})
+    for name, g in grads[0].items():
+        assert torch.allclose(g, grads[1][name], atol=1e-4, rtol=1e-4), name
+
+
+def test_chunked_logprobs_equal_full_log_softmax(policy):
+    ids, mask, comp = batch(policy, ["P: abc ", "P: de "], g=3, t=5)
+    temps = torch.tensor([1.0, 0.7, 1.3, 1.0, 2.0, 0.5])
+    full = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    want = (full / temps[:, None, None]).log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
+    for micro in (0, 1, 4):
+        got = completion_logprobs(policy.model, ids, mask, comp, temps, micro)
+        assert torch.allclose(got, want, atol=2e-5)
+
+
+def test_logprob_chunk_rows_bounds_the_chunk():
+    assert logprob_chunk_rows(t=100, v=50257, elements=1 << 24) == 3  # 3 x 100 x 50257 < 2^24
+    assert logprob_chunk_rows(t=10_000, v=50257, elements=1 << 24) == 1  # never 0
+
+
+def test_grouped_cache_samples_like_one_group_at_a_time(policy):
+    s = SamplingSettings(temperature=0, max_new_tokens=10)
+    texts = ["P: abc ", "A: a longer prompt here+", "P: x "]
+    grouped = sample(policy.model, [policy.encode_prompt(x) for x in texts for _ in range(3)],
+                     s, policy.eos_id)
+    irregular = [policy.encode_prompt(x) for x in (texts[0], texts[1], texts[0], texts[2])]
+    mixed = sample(policy.model, irregular, s, policy.eos_id)
+    for i, x in enumerate(texts):
+        one = sample(policy.model, [policy.encode_prompt(x)], s, policy.eos_id)
+        n = int(one.completion_mask.sum())
+        for row in range(3 * i, 3 * i + 3):
+            assert grouped.completion_ids[row, :n].tolist() == one.completion_ids[0, :n].tolist()
+            assert torch.allclose(grouped.logprobs[row, :n], one.logprobs[0, :n], atol=1e-5)
+        for row in [j for j, p in enumerate(irregular) if p == policy.encode_prompt(x)]:
+            assert mixed.completion_ids[row, :n].tolist() == one.completion_ids[0, :n].tolist()
