@@ -36,8 +36,15 @@ It stands in for RookWorld-LM-124M when no hub is reachable.
     python -m rookworld.pretrain export_to=rookworld/assets/model \\
         steps={cfg.steps} max_minutes={cfg.max_minutes} batch_size={cfg.batch_size} lr={cfg.lr} seed={cfg.seed}
 
-Trained for {report['steps']} steps ({report['samples_seen']:,} samples, {report['minutes']:.1f} minutes
-on a 2-core CPU). Config: `{overrides.get('model')}`.
+Trained for {report['steps']} of {cfg.steps} scheduled steps ({report['samples_seen']:,} samples,
+{report['minutes']:.1f} minutes on a 2-core CPU shared with other jobs; the run stops at
+`max_minutes`, so on a busy machine it ends before the schedule does). Batches are a
+function of (seed, step), so `resume=true` continues exactly. Model config:
+`{overrides.get('model')}`.
+
+Greedy decoding is deterministic: `python -m rookworld.evaluate` (defaults: this model,
+{cfg.eval_per_task} held-out samples per task, and rook_val_500 when present) prints the
+figures below again.
 
 ## Greedy metrics on the held-out split ({cfg.eval_per_task} samples per task)
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
-from .evaluation import Evaluator
+from .evaluate import measure
 from .model import save_policy
 
 
@@ -95,7 +95,6 @@ def main(cfg: DictConfig) -> None:
         step, elapsed = state["step"], state["elapsed"]
         torch.set_rng_state(state["rng"])
     rows = encode(policy, train)
-    rng = random.Random(cfg.seed + step)
     model = policy.model.train()
     t0 = time.perf_counter() - elapsed
     bar = tqdm(total=cfg.steps, initial=step, desc="pretrain", mininterval=5)
@@ -103,7 +102,10 @@ def main(cfg: DictConfig) -> None:
     while step < cfg.steps and (time.perf_counter() - t0) < cfg.max_minutes * 60:
         for g in opt.param_groups:
             g["lr"] = get_lr(step, cfg)
-        ids, labels = make_batch(rng.sample(rows, cfg.batch_size), policy.eos_id)
+        # the batch is a function of (seed, step): a resumed run trains on what an
+        # uninterrupted one would have
+        batch = random.Random(cfg.seed * 1_000_003 + step).sample(rows, cfg.batch_size)
+        ids, labels = make_batch(batch, policy.eos_id)
         loss = lm_loss(model, ids, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -130,18 +132,6 @@ def main(cfg: DictConfig) -> None:
     print(json.dumps(report["eval"], indent=2))
     if cfg.export_to:
         export(policy, cfg, report)
-
-
-def measure(policy, cfg, held_out) -> dict:
-    """Greedy metrics on the held-out split and on the external set (if configured)."""
-    settings = instantiate(cfg.sampler)
-    reward = instantiate(cfg.reward)
-    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.eval_per_task)(
-        policy, reward)[0]}
-    if cfg.data.get("external_eval") and Path(cfg.data.external_eval).exists():
-        ext = read_samples(cfg.data.external_eval, on_defect="relabel")
-        results["external"] = Evaluator(ext, settings)(policy, reward)[0]
-    return results
 
 
 def export(policy, cfg, report: dict) -> None:

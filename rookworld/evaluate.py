@@ -1,0 +1,43 @@
+"""Greedy held-out metrics of a model: `python -m rookworld.evaluate [model=...]`.
+
+Reproduces the figures of the embedded model's card (greedy decoding is
+deterministic), and measures any other model (`model=rookworld_lm_124m
+model.path=...`) on the same splits and on the external ROOK set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from .config import WHITELIST, instantiate
+from .data_io import read_samples
+from .evaluation import Evaluator
+
+
+def measure(policy, cfg, held_out) -> dict:
+    """{"held_out": metrics, "external": metrics (when cfg.data.external_eval exists)}."""
+    settings = instantiate(cfg.sampler)
+    reward = instantiate(cfg.reward)
+    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.eval_per_task)(
+        policy, reward)[0]}
+    if cfg.data.get("external_eval") and Path(cfg.data.external_eval).exists():
+        ext = read_samples(cfg.data.external_eval, on_defect="relabel")
+        results["external"] = Evaluator(ext, settings)(policy, reward)[0]
+    return results
+
+
+@hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
+def main(cfg: DictConfig) -> None:
+    results = measure(instantiate(cfg.model), cfg, read_samples(cfg.data.eval))
+    text = json.dumps(results, indent=2)
+    print(text)
+    if cfg.out:
+        Path(cfg.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
