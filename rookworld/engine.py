@@ -12,13 +12,16 @@ import math
 import resource
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 from . import grpo
 from .chess_tasks import Sample
+from .distributed import DistContext
 from .forward import CompletionLogits, completion_logprobs
 from .lr import scale_lr
 from .sampling import Rollout, SamplingSettings, sample
@@ -37,6 +40,8 @@ class Batch:
     loss_mask: Tensor            # [N,T] completion mask, zeroed for dropped groups
     ref_logprobs: Tensor | None  # [N,T]
     metrics: dict = field(default_factory=dict)
+    norm_tokens: float = 0.0     # loss-mask tokens of the whole step (all ranks)
+    norm_rows: int = 0           # rows of the whole step (all ranks)
 
 
 def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) -> Rollout:
@@ -82,14 +87,17 @@ class GRPOEngine:
     (0 = all); use_reference: keep a frozen reference (needed by KL schedules with
     beta > 0 and by the KL guard); ref_sync_every/ref_sync_alpha: periodic
     ref <- alpha*policy + (1-alpha)*ref (0 = never); nan_lr_backoff: factor on the
-    learning rate after an update skipped for non-finite loss or gradients."""
+    learning rate after an update skipped for non-finite loss or gradients;
+    dist: a `distributed.DistContext` under torchrun (None: one process): each rank
+    samples its share of the prompts and DistributedDataParallel averages gradients."""
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
                  sampling: dict[str, SamplingSettings], num_generations: int, total_steps: int,
                  num_iterations: int = 1, kl_estimator: str = "k3", entropy_coef: float = 0.0,
                  zero_variance: str = "keep", micro_batch: int = 0, use_reference: bool = True,
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
-                 nan_lr_backoff: float = 0.5, device: str = "cpu"):
+                 nan_lr_backoff: float = 0.5, device: str = "cpu",
+                 dist: DistContext | None = None):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -97,12 +105,17 @@ class GRPOEngine:
         self.entropy_coef, self.zero_variance, self.micro_batch = (
             entropy_coef, zero_variance, micro_batch)
         self.ref_sync_every, self.ref_sync_alpha = ref_sync_every, ref_sync_alpha
-        self.device = torch.device(device)
+        self.dist = dist
+        self.device = dist.device if dist else torch.device(device)
         self.model = policy.model.to(self.device).float().eval()  # dropout is 0; eval anyway
+        self.logits_fn = CompletionLogits(self.model)  # the policy's teacher-forced forward
+        if dist:  # DDP copies rank 0's weights to every rank here, before the reference
+            self.logits_fn = DistributedDataParallel(
+                self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
+                broadcast_buffers=False)
         self.ref = None
         if use_reference:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.logits_fn = CompletionLogits(self.model)  # the policy's teacher-forced forward
         self.optim = optim
         self.optimizer, self.scheduler = optim.build(
             [p for p in self.model.parameters() if p.requires_grad], total_steps)
@@ -111,7 +124,8 @@ class GRPOEngine:
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
         g = torch.Generator(device=self.device)
-        return g.manual_seed(self.seed * 1_000_003 + step * 101 + salt)
+        rank = self.dist.rank if self.dist else 0
+        return g.manual_seed(self.seed * 1_000_003 + step * 101 + salt + rank * 7_919_000_017)
 
     def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
         rows = [s for s in samples for _ in range(self.G)]
@@ -131,6 +145,10 @@ class GRPOEngine:
         return torch.tensor([x.score for x in scored], dtype=torch.float32), scored
 
     def rollout(self, samples: list[Sample], step: int) -> Batch:
+        """Sample, score and take reference log-probs for samples x G rows (under DDP:
+        this rank's contiguous share of samples; advantages from every rank's rewards)."""
+        if self.dist:
+            samples = self.dist.shard(samples)
         t0 = time.perf_counter()
         r, temps = self.sample_rows(samples, step)
         t1 = time.perf_counter()
@@ -138,8 +156,7 @@ class GRPOEngine:
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
         t2 = time.perf_counter()
-        adv = self.advantage(rewards, self.G).to(self.device)
-        zero = grpo.zero_variance_groups(rewards, self.G)
+        adv, zero = self._advantages(rewards)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -148,7 +165,36 @@ class GRPOEngine:
         t3 = time.perf_counter()
         m = self._rollout_metrics(rows, texts, scored, rewards, adv, zero, r)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
-        return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m)
+        norm_tokens, norm_rows = float(loss_mask.sum()), len(rows)
+        if self.dist:
+            m = self._global_metrics(self.dist.combine_metrics(m), rewards)
+            norm_tokens = self.dist.sum_floats({"t": norm_tokens})["t"]
+            norm_rows *= self.dist.world
+        return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m,
+                     norm_tokens, norm_rows)
+
+    def _advantages(self, rewards: Tensor) -> tuple[Tensor, Tensor]:
+        """rewards [N] -> (advantages [N] on device, zero-variance groups [N/G]); under
+        DDP from every rank's rewards (a batch-level std sees the whole step)."""
+        if not self.dist:
+            return (self.advantage(rewards, self.G).to(self.device),
+                    grpo.zero_variance_groups(rewards, self.G))
+        every = self.dist.all_gather(rewards.to(self.device)).cpu()
+        n, k = len(rewards), self.dist.rank
+        adv = self.advantage(every, self.G)[k * n:(k + 1) * n]
+        zero = grpo.zero_variance_groups(every, self.G)[k * n // self.G:(k + 1) * n // self.G]
+        return adv.to(self.device), zero
+
+    def _global_metrics(self, m: dict, rewards: Tensor) -> dict:
+        """Replace rank-averaged reward and advantage summaries by whole-step values."""
+        every = self.dist.all_gather(rewards.to(self.device)).cpu()
+        adv = self.advantage(every, self.G)
+        m.update({"reward/mean": float(every.mean()), "reward/std": float(every.std(0)),
+                  "adv/std": float(adv.std(0)), "adv/abs_mean": float(adv.abs().mean()),
+                  "groups/zero_variance_share": float(
+                      grpo.zero_variance_groups(every, self.G).float().mean()),
+                  "sample/tokens": m["sample/tokens"] * self.dist.world})
+        return m
 
     def _ref_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
         return completion_logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
@@ -227,19 +273,26 @@ class GRPOEngine:
         t0 = time.perf_counter()
         beta = self.kl.coef(step)
         n = b.rollout.completion_ids.shape[0]
+        world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         agg = defaultdict(float)
         skipped = 0
+        slices = self._micro_slices(n)
         for it in range(self.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
-            for rows in self._micro_slices(n):
+            for j, rows in enumerate(slices):
                 w = self._weight(b, rows)
-                loss, parts = self._loss(b, rows, beta)
-                (loss * w).backward()
+                with self._no_sync(j < len(slices) - 1):
+                    loss, parts = self._loss(b, rows, beta)
+                    (loss * (w * world)).backward()
                 total += float(loss.detach()) * w
                 if it == 0:
                     for k, v in parts.items():
                         agg[k] += float(v) * w
+            if self.dist:
+                total = self.dist.sum_floats({"total": total})["total"]
+                if it == 0:
+                    agg = defaultdict(float, self.dist.sum_floats(agg))
             grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
             if not (math.isfinite(total) and math.isfinite(grad_norm)):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -247,6 +300,7 @@ class GRPOEngine:
                 skipped = 1
                 break
             self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
@@ -265,10 +319,15 @@ class GRPOEngine:
 
     def _weight(self, b: Batch, rows: slice) -> float:
         """Share of the aggregator's normaliser held by these rows, so summed
-        micro-batch losses equal the whole-batch loss."""
+        micro-batch losses (over every rank) equal the whole-step loss."""
         if getattr(self.loss.aggregate, "func", self.loss.aggregate) is grpo.token_mean:
-            return float(b.loss_mask[rows].sum() / b.loss_mask.sum().clamp(min=1))
-        return (rows.stop - rows.start) / b.loss_mask.shape[0]
+            tokens = b.norm_tokens or float(b.loss_mask.sum())
+            return float(b.loss_mask[rows].sum() / max(tokens, 1.0))
+        return (rows.stop - rows.start) / (b.norm_rows or b.loss_mask.shape[0])
+
+    def _no_sync(self, skip: bool):
+        """DDP: no gradient all-reduce for this micro-batch (all but the last)."""
+        return self.logits_fn.no_sync() if skip and self.dist else nullcontext()
 
     @torch.no_grad()
     def _maybe_sync_reference(self, step: int) -> None:
