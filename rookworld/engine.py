@@ -112,7 +112,7 @@ class GRPOEngine:
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference
             self.logits_fn = DistributedDataParallel(
                 self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
-                broadcast_buffers=False)
+                forward_sync_buffers=False)
         self.ref = None
         if use_reference:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()

@@ -28,6 +28,8 @@ from .checkpoint import (
 )
 from .config import WHITELIST, ConfigError, instantiate, prompts_per_step, validate
 from .data_io import load_data
+from .distributed import DistContext
+from .distributed import init as init_distributed
 from .engine import GRPOEngine, peak_memory_mb
 from .evaluation import Evaluator
 from .guards import KLGuard, NaNGuard, Outcome
@@ -74,7 +76,9 @@ def build_parts(cfg: DictConfig) -> Parts:
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 
 
-def build_engine(cfg: DictConfig, p: Parts, reward) -> GRPOEngine:
+def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = None
+                 ) -> GRPOEngine:
+    """dist: the torchrun context (None: one process)."""
     a = p.algorithm
     return GRPOEngine(
         policy=instantiate(cfg.model), reward=reward, advantage=a.advantage, loss=a.loss,
@@ -83,11 +87,12 @@ def build_engine(cfg: DictConfig, p: Parts, reward) -> GRPOEngine:
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
         micro_batch=cfg.micro_batch, use_reference=cfg.reference.enabled,
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
-        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device)
+        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist)
 
 
-def _log(loggers, metrics_file: MetricsFile, row: dict, step: int) -> None:
-    metrics_file.append({"step": step, **row})
+def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:
+    if metrics_file is not None:  # None on DDP ranks other than 0
+        metrics_file.append({"step": step, **row})
     for lg in loggers:
         lg.log(row, step)
 
@@ -103,6 +108,7 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int) -> dict:
 
 
 def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) -> tuple:
+    main = engine.dist is None or engine.dist.is_main  # DDP: rank 0 logs, evaluates, saves
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     start, first_eval = 0, None
     ckpt = latest_checkpoint(run_dir) if cfg.resume else None
@@ -112,18 +118,20 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])
-        metrics_file.truncate_to(start)
+        if main:
+            metrics_file.truncate_to(start)
         first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
-    else:
+    elif main:
         metrics_file.truncate_to(0)
         first_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1)
+    metrics_file = metrics_file if main else None
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         samples = p.task_mix.draw(pools, n_prompts, step, cfg.seed)
         batch = engine.rollout(samples, step)
         m = batch.metrics | engine.update(batch, step)
-        if cfg.eval_train_batch:
+        if cfg.eval_train_batch and main:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
                 engine.policy, engine.reward.at(step))[0]
         m["time/step_s"] = time.perf_counter() - t0
@@ -137,9 +145,9 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         if reason:
             return Outcome("nan_failure", step, reason), first_eval, last_eval
         done = step + 1
-        if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
+        if main and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step)
-        if done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+        if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
                 "nan_guard": p.nan_guard.state_dict(),
                 "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
@@ -164,7 +172,9 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     if cfg.dry_run:
         print(f"[rookworld] dry run: config valid; data in {run_dir / 'data_report.json'}")
         return RunResult(Outcome("success", 0, "dry run"), run_dir, {}, {}, 0.0)
-    loggers = parts.loggers
+    dist = init_distributed(cfg.device)  # under torchrun: join the process group
+    main = dist is None or dist.is_main
+    loggers = parts.loggers if main else []
     config_dict = OmegaConf.to_container(cfg, resolve=True)
     for lg in loggers:
         lg.start(run_dir, config_dict)
@@ -172,7 +182,7 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     try:
         torch.manual_seed(cfg.seed)
         reward = instantiate(cfg.reward)
-        engine = build_engine(cfg, parts, reward)
+        engine = build_engine(cfg, parts, reward, dist)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
@@ -180,8 +190,11 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
         outcome = Outcome("error", -1, f"{type(e).__name__}: {e}")
         (run_dir / "error.txt").write_text(traceback.format_exc())
         if not multirun:
-            _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+            if main:
+                _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
             raise
+    if not main:  # rank 0 writes the outcome
+        return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
 
 
