@@ -45,19 +45,94 @@ def check_gpt2(model) -> None:
         raise ValueError("the fast GPT-2 forward does not support GPT-2 attention variants")
 
 
-def block(x: Tensor, blk, attend: Attend) -> Tensor:
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> Tensor:
+    """oneDNN x @ w_out_in^T + b (optionally with tanh GELU fused), any leading dims."""
+    return torch.ops.mkldnn._linear_pointwise(x, w_out_in, b, "gelu" if gelu else "none", [],
+                                              "tanh" if gelu else "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """x [M,K] @ w [K,N] + b [N] (the GPT-2 Conv1D layout) through oneDNN's matmul;
+    backward: grad_x through oneDNN, grad_w through torch.mm (MKL)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return _dnn(x, w.t(), b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        gx = _dnn(gy, w, None) if ctx.needs_input_grad[0] else None
+        gw = torch.mm(x.t(), gy) if ctx.needs_input_grad[1] else None
+        gb = gy.sum(0) if ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+Packed = dict[int, Tensor]  # id(weight) -> oneDNN-packed copy (see pack_weights)
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
+           packed: Packed | None = None) -> Tensor:
+    """x [M,K] @ w [K,N] + b, then tanh GELU when gelu. On CPU in float32 through oneDNN
+    (1.2-3x MKL's sgemm on the AMD EPYC this project is measured on, most at the small
+    row counts of decoding; see benchmarks/README.md), elsewhere torch.addmm. packed:
+    no-grad only, a oneDNN-packed copy of w from pack_weights (faster at small M)."""
+    if packed is not None and id(w) in packed:
+        return _dnn(x, packed[id(w)], b, gelu)
+    if not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
+        y = x @ w if b is None else torch.addmm(b, x, w)
+        return F.gelu(y, approximate="tanh") if gelu else y
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        y = _OneDNNLinear.apply(x, w, b)
+        return F.gelu(y, approximate="tanh") if gelu else y
+    return _dnn(x, w.t(), b, gelu)
+
+
+def pack_weights(model, rows: int) -> Packed | None:
+    """oneDNN-packed copies of every block matrix and of the output matrix, for no-grad
+    forwards of about `rows` rows (decoding); None off CPU. Pack again after the
+    weights change (the copies do not follow them)."""
+    w0 = model.transformer.wte.weight
+    if not (ONEDNN and w0.device.type == "cpu" and w0.dtype == torch.float32):
+        return None
+    with torch.no_grad():
+        out = {}
+        for blk in model.transformer.h:
+            for lin in (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj):
+                out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(
+                    lin.weight.t().contiguous(), rows)
+        out[id(model.lm_head.weight)] = torch.ops.mkldnn._reorder_linear_weight(
+            model.lm_head.weight.contiguous(), rows)
+    return out
+
+
+def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None) -> Tensor:
     """One GPT-2 block: x [N,S,C] -> [N,S,C]. attend(q, k, v) with q, k, v [N,H,S,D]
-    returns the attention output [N,H,S,D] (it owns masking, caches and prefixes)."""
+    returns the attention output [N,H,S,D] (it owns masking, caches and prefixes).
+    packed: pack_weights' copies (no-grad decoding)."""
     n, s, c = x.shape
     n_head = blk.attn.num_heads
+    attn, mlp = blk.attn, blk.mlp
     h = F.layer_norm(x, (c,), blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps)
-    qkv = torch.addmm(blk.attn.c_attn.bias, h.reshape(-1, c), blk.attn.c_attn.weight)
+    qkv = linear(h.reshape(-1, c), attn.c_attn.weight, attn.c_attn.bias, packed=packed)
     q, k, v = qkv.view(n, s, 3, n_head, c // n_head).permute(2, 0, 3, 1, 4)
     att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
-    x = x + torch.addmm(blk.attn.c_proj.bias, att, blk.attn.c_proj.weight).view(n, s, c)
+    x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed).view(n, s, c)
     h = F.layer_norm(x, (c,), blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps).reshape(-1, c)
-    h = F.gelu(torch.addmm(blk.mlp.c_fc.bias, h, blk.mlp.c_fc.weight), approximate="tanh")
-    return x + torch.addmm(blk.mlp.c_proj.bias, h, blk.mlp.c_proj.weight).view(n, s, c)
+    h = linear(h, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True, packed=packed)
+    return x + linear(h, mlp.c_proj.weight, mlp.c_proj.bias, packed=packed).view(n, s, c)
+
+
+def lm_head(model, hidden: Tensor, packed: Packed | None = None) -> Tensor:
+    """Logits [..., V] from final hidden states [..., C] (the tied output matrix, no bias)."""
+    w = model.lm_head.weight  # [V, C]
+    if packed is not None and id(w) in packed:
+        return _dnn(hidden, packed[id(w)], None)
+    return linear(hidden.reshape(-1, hidden.shape[-1]), w.t(), None).view(*hidden.shape[:-1], -1)
 
 
 def final_norm(model, x: Tensor) -> Tensor:
@@ -138,7 +213,7 @@ class CompletionLogits(nn.Module):
 
     def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor) -> Tensor:
         hidden = completion_hidden(self.model, prompt_ids, prompt_mask, completion_ids)
-        return self.model.lm_head(hidden).float()
+        return lm_head(self.model, hidden).float()
 
 
 def logprob_chunk_rows(t: int, v: int, elements: int = LOGPROB_CHUNK_ELEMENTS) -> int:
@@ -146,15 +221,14 @@ def logprob_chunk_rows(t: int, v: int, elements: int = LOGPROB_CHUNK_ELEMENTS) -
     return max(1, elements // max(1, t * v))
 
 
-def token_logprobs_from_hidden(lm_head: nn.Module, hidden: Tensor, ids: Tensor,
-                               temperature: Tensor) -> Tensor:
+def token_logprobs_from_hidden(model, hidden: Tensor, ids: Tensor, temperature: Tensor) -> Tensor:
     """log softmax(lm_head(hidden) / temperature)[ids]: hidden [N,T,C], ids [N,T] long,
     temperature [N] -> [N,T] float32, in row chunks (no whole-batch [N,T,V] tensor)."""
     n, t = ids.shape
-    rows = logprob_chunk_rows(t, lm_head.weight.shape[0])
+    rows = logprob_chunk_rows(t, model.lm_head.weight.shape[0])
     out = []
     for i in range(0, n, rows):
-        logits = lm_head(hidden[i:i + rows]).float() / temperature[i:i + rows, None, None]
+        logits = lm_head(model, hidden[i:i + rows]).float() / temperature[i:i + rows, None, None]
         picked = logits.gather(-1, ids[i:i + rows, :, None]).squeeze(-1)
         out.append(picked - torch.logsumexp(logits, dim=-1))
     return torch.cat(out)
@@ -168,7 +242,7 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     the log-softmax. temperature [N]."""
     def fn(pi, pm, ci, tt):
         hidden = completion_hidden(model, pi, pm, ci)
-        return token_logprobs_from_hidden(model.lm_head, hidden, ci, tt)
+        return token_logprobs_from_hidden(model, hidden, ci, tt)
     return chunked(fn, micro_batch, prompt_ids, prompt_mask, completion_ids, temperature)
 
 

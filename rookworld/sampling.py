@@ -17,9 +17,12 @@ import torch
 from torch import Tensor
 
 from .forward import (
+    Packed,
     block,
     check_gpt2,
     final_norm,
+    lm_head,
+    pack_weights,
     positions_from_mask,
     prefill_mask,
     prompt_forward,
@@ -141,9 +144,10 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
     return out + torch.matmul(w_own.transpose(1, 2).reshape(n, h, 1, t + 1), values)
 
 
-def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int) -> Tensor:
+def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int,
+                   packed: Packed | None = None) -> Tensor:
     """Forward of one token per row, tok/positions [N], written at completion slot t.
-    Returns next-token logits [N,V]."""
+    packed: pack_weights(model, N). Returns next-token logits [N,V]."""
     tr = model.transformer
     x = (tr.wte(tok) + tr.wpe(positions))[:, None]
     for i, blk in enumerate(tr.h):
@@ -151,8 +155,8 @@ def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int
             cache.k[i, :, :, t:t + 1] = k
             cache.v[i, :, :, t:t + 1] = v
             return decode_attention(q, cache, i, t)
-        x = block(x, blk, attend)
-    return model.lm_head(final_norm(model, x[:, -1]))
+        x = block(x, blk, attend, packed)
+    return lm_head(model, final_norm(model, x[:, -1]), packed)
 
 
 def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, cache: KVCache) -> Tensor:
@@ -167,7 +171,7 @@ def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, cache: KVCache) -> T
     last = prompt_forward(model, uniq, u_mask, on_kv)
     bias = torch.zeros(u_mask.shape, dtype=last.dtype, device=last.device)
     cache.prefix_bias = bias.masked_fill(u_mask == 0, float("-inf"))[order][:, None, None, :]
-    return model.lm_head(last)[index]
+    return lm_head(model, last)[index]
 
 
 @torch.no_grad()
@@ -190,6 +194,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
                          f"model's {cfg.n_positions} positions")
     cache = KVCache(cfg.n_layer, n, cfg.n_head, t_max, cfg.n_embd // cfg.n_head, dtype, device)
     logits = prefill(model, prompt_ids, prompt_mask, cache)
+    packed = pack_weights(model, n) if t_max > 1 else None
     next_pos = prompt_mask.sum(-1)
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
@@ -208,7 +213,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
         done |= ended
         if bool(done.all()) or t == t_max - 1:
             break
-        logits = decode_forward(model, tok, next_pos, cache, t)
+        logits = decode_forward(model, tok, next_pos, cache, t, packed)
         next_pos = next_pos + 1
     width = int(length.max())
     steps = torch.arange(width, device=device)[None, :]
