@@ -8,6 +8,7 @@ object injected from config. The maths lives in `grpo.py`.
 from __future__ import annotations
 
 import copy
+import ctypes
 import math
 import resource
 import time
@@ -69,6 +70,23 @@ def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc malloc_trim) between phases, so the
+    activations freed after an update do not stay resident under the next rollout's KV
+    cache: peak RSS then follows the live tensors. A no-op without glibc."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
 
 
 def peak_memory_mb() -> float:
@@ -170,6 +188,7 @@ class GRPOEngine:
             m = self._global_metrics(self.dist.combine_metrics(m), rewards)
             norm_tokens = self.dist.sum_floats({"t": norm_tokens})["t"]
             norm_rows *= self.dist.world
+        release_freed_memory()
         return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
 
@@ -301,6 +320,7 @@ class GRPOEngine:
                 break
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
+        release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
