@@ -7,6 +7,10 @@ written end-of-text, and keeps each sampled token's log-probability under the
 policy (`log_softmax(logits / temperature)`, full vocabulary, before top-k/top-p
 filtering) so the PPO ratio can use it as the old policy's log-prob. The loss
 trains on exactly these sampled ids; nothing is re-tokenised.
+
+A GRPO batch repeats each prompt G times in a row: the prompt is run once and
+its keys/values stored once per group (`KVCache.prefix_*`); each decoding step
+meets them with the group's G queries in one product (`decode_attention`).
 """
 
 from __future__ import annotations
