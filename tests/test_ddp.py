@@ -43,6 +43,7 @@ def _engine(overrides, ctx=None):
 
 
 def _rank(rank: int, init_file: str, overrides: list[str], out: str) -> None:
+    torch.set_num_threads(1)  # two ranks on two cores: no oversubscribed thread pools
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD)
     try:
@@ -91,6 +92,7 @@ def overrides(tiny_overrides):
                              "kl=fixed", "algorithm=dapo"]
 
 
+@pytest.mark.slow  # two spawned processes: ~20-40 s on two cores; CI runs it with -m slow
 def test_two_ranks_equal_one_process_on_the_union(overrides, tmp_path):
     mp.spawn(_rank, args=(str(tmp_path / "rdzv"), overrides, str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
