@@ -166,6 +166,27 @@ def unique_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Ten
     return uniq[:, :p], uniq[:, p:].to(prompt_mask.dtype), index
 
 
+def group_order(index: Tensor, n_unique: int) -> tuple[Tensor, int]:
+    """index [N] (row -> distinct prompt) -> (order [N/G], G) when rows come in blocks of
+    G equal prompts (a GRPO batch); else (index, 1): every row its own block."""
+    n = index.shape[0]
+    if n % n_unique == 0:
+        blocks = index.view(n_unique, n // n_unique)
+        if bool((blocks == blocks[:, :1]).all()):
+            return blocks[:, 0], n // n_unique
+    return index, 1
+
+
+def to_rows(x: Tensor, order: Tensor, g: int) -> Tensor:
+    """Per-distinct-prompt x [U,...] -> per-row [N,...] for group_order's (order, g): a
+    gather, then a broadcast over each block of g rows (its backward is a sum over the
+    block, not a scatter)."""
+    x = x[order]
+    if g == 1:
+        return x
+    return x.unsqueeze(1).expand(x.shape[0], g, *x.shape[1:]).reshape(-1, *x.shape[1:])
+
+
 def prompt_forward(model, ids: Tensor, mask: Tensor, on_kv: Callable[[int, Tensor, Tensor], None]
                    ) -> Tensor:
     """Forward of left-padded prompts ids/mask [U,P]; on_kv(layer, k, v) receives every
@@ -189,8 +210,10 @@ def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
     runs once; completion tokens after end-of-text stay attendable (nothing scored
     attends to them: they come later)."""
     uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
+    order, g = group_order(index, uniq.shape[0])
     kv: list[tuple[Tensor, Tensor]] = []
-    last = prompt_forward(model, uniq, u_mask, lambda i, k, v: kv.append((k, v)))[index]
+    last = to_rows(prompt_forward(model, uniq, u_mask, lambda i, k, v: kv.append((k, v))),
+                   order, g)
     n, t = completion_ids.shape
     if t == 1:
         return last[:, None]
@@ -203,8 +226,8 @@ def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
                            causal.expand(n, 1, t - 1, t - 1)], dim=-1)
     for blk, (pk, pv) in zip(tr.h, kv):
         def attend(q, k, v, pk=pk, pv=pv):
-            keys = torch.cat([pk[index], k], dim=2)
-            values = torch.cat([pv[index], v], dim=2)
+            keys = torch.cat([to_rows(pk, order, g), k], dim=2)
+            values = torch.cat([to_rows(pv, order, g), v], dim=2)
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask)
         x = block(x, blk, attend)
     return torch.cat([last[:, None], final_norm(model, x)], dim=1)

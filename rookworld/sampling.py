@@ -25,6 +25,7 @@ from .forward import (
     block,
     check_gpt2,
     final_norm,
+    group_order,
     lm_head,
     pack_weights,
     positions_from_mask,
@@ -33,7 +34,7 @@ from .forward import (
     unique_prompts,
 )
 
-__all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "left_pad",
+__all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "group_order", "left_pad",
            "per_task_settings", "positions_from_mask", "prefill_mask", "sample"]
 
 
@@ -117,17 +118,6 @@ class KVCache:
         self.prefix_v: list[Tensor] = []
         self.prefix_bias = torch.empty(0)
         self.group = 1
-
-
-def group_order(index: Tensor, n_unique: int) -> tuple[Tensor, int]:
-    """index [N] (row -> distinct prompt) -> (order [N/G], G) when rows come in blocks of
-    G equal prompts (a GRPO batch); else (index, 1): every row its own block."""
-    n = index.shape[0]
-    if n % n_unique == 0:
-        blocks = index.view(n_unique, n // n_unique)
-        if bool((blocks == blocks[:, :1]).all()):
-            return blocks[:, 0], n // n_unique
-    return index, 1
 
 
 def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
