@@ -1,8 +1,8 @@
 """Optuna sweeps: what each trial records (`trial`), where studies live (`storage`),
 and the study summary (`report`: `python -m rookworld.sweeps.report multirun/<study>`).
 
-Importing the package registers the `${sqlite_url:...}` config resolver that
+Importing the package registers the `${study_storage:...}` config resolver that
 conf/hparams_search/*.yaml use for their default storage.
 """
 
-from . import storage  # noqa: F401  (registers the sqlite_url resolver)
+from . import storage  # noqa: F401  (registers the study_storage resolver)

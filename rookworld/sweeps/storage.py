@@ -3,27 +3,50 @@ several workers), opened with Optuna's public RDBStorage."""
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
 
 import optuna
+import sqlalchemy.exc
 from omegaconf import OmegaConf
 
 SQLITE_TIMEOUT_S = 60  # how long a SQLite writer waits for a lock held by a parallel job
-
-
-def sqlite_url(path: str) -> str:
-    """${sqlite_url:multirun/study/optuna.db} -> 'sqlite:////abs/multirun/study/optuna.db';
-    creates the parent directory (the sweeper opens the study before any job runs)."""
-    p = Path(path).expanduser().resolve()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{p}"
-
-
-if not OmegaConf.has_resolver("sqlite_url"):
-    OmegaConf.register_resolver("sqlite_url", sqlite_url)
+CREATE_RETRIES = 5  # attempts at creating Optuna's tables when workers race to do it
+# What a lost race to create the tables raises (PostgreSQL: duplicate pg_type row or table).
+_RACE = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,
+         optuna.exceptions.StorageInternalError)
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An RDB storage for `url`; SQLite waits for locks instead of failing at once."""
+    """An RDB storage for `url` (tables created if missing); SQLite waits for locks
+    instead of failing at once."""
     kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    for attempt in range(CREATE_RETRIES):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except _RACE:
+            if attempt == CREATE_RETRIES - 1:
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
+
+
+def study_storage(storage: str | None, study_name: str) -> str:
+    """${study_storage:${sweep.storage},${hydra.sweeper.study_name}}: the sweeper's storage.
+
+    storage null -> SQLite at multirun/<study_name>/optuna.db; a path -> SQLite there
+    (absolute, its directory created: the sweeper opens the study before any job runs);
+    a URL (anything with '://') -> itself, after Optuna's tables exist in it, so that
+    workers started together on a fresh database do not race to create them.
+    """
+    if storage is None or "://" not in str(storage):
+        p = Path(storage or Path("multirun") / study_name / "optuna.db").expanduser().resolve()
+        p.parent.mkdir(parents=True, exist_ok=True)
+        storage = f"sqlite:///{p}"
+    open_storage(storage).engine.dispose()
+    return storage
+
+
+if not OmegaConf.has_resolver("study_storage"):
+    OmegaConf.register_resolver("study_storage", study_storage)

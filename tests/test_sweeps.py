@@ -1,0 +1,334 @@
+"""Optuna sweeps (issue 7): the search space, what a trial records in its study, the
+report, and sweeps run end to end through Hydra (basic, joblib and submitit launchers,
+several workers on one PostgreSQL study)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+from omegaconf import OmegaConf
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+from rookworld.config import CONF_DIR, compose, instantiate, validate
+from rookworld.guards import Outcome
+from rookworld.sweeps import report
+from rookworld.sweeps.storage import study_storage
+from rookworld.sweeps.trial import (
+    StudyRef,
+    record,
+    replica_config,
+    run_trial,
+    study_ref,
+    summarize,
+    tag,
+)
+from rookworld.train import RunResult
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SEARCH = "hparams_search=grpo_stability"
+
+
+# ---- the search space -------------------------------------------------------------------
+
+def _sweeper_cfg():
+    with initialize_config_dir(config_dir=str(CONF_DIR)):
+        return hydra_compose("train", overrides=[SEARCH], return_hydra_config=True)
+
+
+def test_search_space_is_the_issues():
+    cfg = _sweeper_cfg()
+    sw = cfg.hydra.sweeper
+    assert sw.direction == "maximize" and sw.sampler._target_ == "optuna.samplers.TPESampler"
+    assert sw.sampler.seed is not None and sw.max_failure_rate == 1.0
+    assert sw.custom_search_space == "rookworld.sweeps.trial.tag"
+    assert cfg.sweep.objective == "eval/reward" and cfg.kl._target_ == "rookworld.kl.FixedKL"
+    dists, fixed, _ = create_params_from_overrides([f"{k}={v}" for k, v in sw.params.items()])
+    assert not fixed
+    lr = dists["optim.lr"]
+    assert isinstance(lr, FloatDistribution) and lr.log and lr.high >= 1e-2
+    assert dists["kl.beta"].low == 0.0 and dists["algorithm.entropy_coef"].low == 0.0
+    gens = dists["num_generations"]
+    assert isinstance(gens, CategoricalDistribution) and len(gens.choices) > 1
+    for g in gens.choices:  # every choice divides the fixed batch and composes to a valid config
+        assert g >= 2 and cfg.batch_size % g == 0
+        validate(compose([SEARCH, f"num_generations={g}"]))
+
+
+def test_study_storage_defaults_to_sqlite_under_multirun(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = study_storage(None, "s1")
+    assert url == f"sqlite:///{tmp_path}/multirun/s1/optuna.db"
+    assert (tmp_path / "multirun" / "s1" / "optuna.db").exists()  # tables created
+    assert study_storage("other/x.db", "s1") == f"sqlite:///{tmp_path}/other/x.db"
+    assert study_storage(url, "ignored") == url
+
+
+# ---- what a trial records ----------------------------------------------------------------
+
+def _rep(seed, status, objective, final=None):
+    return {"seed": seed, "status": status, "step": 3, "reason": "", "objective": objective,
+            "run_dir": f"/r/{seed}", "final_eval": final or {}}
+
+
+def test_summarize_hand_computed():
+    reps = [_rep(0, "success", 0.5, {"eval/reward": 0.5, "eval/P/format": 1.0}),
+            _rep(1, "kl_failure", -1.0),
+            _rep(2, "success", float("nan"), {"eval/reward": 0.1}),  # not finite: counts failed
+            _rep(3, "error", -1.0)]
+    s = summarize(reps, failed_objective=-2.0)
+    assert s["outcomes"] == ["success", "kl_failure", "success", "error"]
+    assert s["seeds"] == [0, 1, 2, 3]
+    assert (s["success_rate"], s["kl_failure_rate"], s["nan_failure_rate"], s["error_rate"]) \
+        == (0.5, 0.25, 0.0, 0.25)
+    assert s["objective"] == pytest.approx((0.5 - 2.0 - 2.0 - 2.0) / 4)  # -1.375
+    assert s["final_eval"] == {"eval/reward": pytest.approx(0.3)}  # keys of both successes
+
+
+def test_replica_config_seeds_and_wandb_group():
+    cfg = compose(["logger=wandb", "seed=7", SEARCH, "sweep.trial=4"])
+    r = replica_config(cfg, 2, StudyRef("sqlite:///x.db", "study_a"))
+    assert r.seed == 9 and cfg.seed == 7  # the trial's config is not changed
+    w = instantiate(r.logger.wandb)
+    assert w.kwargs["group"] == "study_a" and w.kwargs["job_type"] == "trial"
+    assert w.kwargs["name"] == "study_a-trial4-seed9"
+    mine = compose(["logger=wandb", "logger.wandb.group=mine"])
+    assert replica_config(mine, 0, StudyRef("u", "s")).logger.wandb.group == "mine"
+    assert replica_config(compose(["logger=console"]), 1, None).seed == 1
+
+
+def test_study_ref_only_for_optuna_with_storage():
+    opt = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    assert study_ref(OmegaConf.create({"sweeper": {"_target_": opt, "storage": "sqlite:///a",
+                                                   "study_name": "s"}})) \
+        == StudyRef("sqlite:///a", "s")
+    assert study_ref(OmegaConf.create({"sweeper": {"_target_": opt, "storage": None,
+                                                   "study_name": "s"}})) is None
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    assert study_ref(OmegaConf.create({"sweeper": {"_target_": basic}})) is None
+
+
+def _running(study, lr):
+    return study.ask({"optim.lr": FloatDistribution(lr, lr)})  # single-valued: lr itself
+
+
+def test_record_finds_its_trial_by_number_even_with_equal_params(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    t0, t1 = _running(study, 1e-3), _running(study, 1e-3)  # the same parameters
+    tag(None, t0)
+    tag(None, t1)
+    assert t1.params == {"optim.lr": 1e-3, "sweep.trial": 1}
+    record(StudyRef(url, "s"), OmegaConf.create({"sweep": {"trial": 1}, "optim": {"lr": 1e-3}}),
+           {"outcomes": ["kl_failure"], "kl_failure_rate": 1.0})
+    attrs = [t.user_attrs for t in optuna.load_study(study_name="s", storage=url).trials]
+    assert attrs == [{}, {"outcomes": ["kl_failure"], "kl_failure_rate": 1.0}]
+
+
+def test_record_without_tag_matches_the_one_running_trial_by_params(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url)
+    _running(study, 1e-3), _running(study, 1e-3), _running(study, 2e-3)
+    cfg = OmegaConf.create({"optim": {"lr": 2e-3}})
+    record(StudyRef(url, "s"), cfg, {"outcomes": ["success"]})
+    assert [t.user_attrs for t in study.trials] == [{}, {}, {"outcomes": ["success"]}]
+    with pytest.raises(RuntimeError, match="2 running trials match"):
+        record(StudyRef(url, "s"), OmegaConf.create({"optim": {"lr": 1e-3}}), {"x": 1})
+
+
+def test_run_trial_replicas_in_seed_dirs_error_becomes_an_outcome(tmp_path):
+    cfg = compose(["logger=none", "seed=10", "sweep.replicas=3", "sweep.failed_objective=-1"])
+    seen = []
+
+    def fake_run(c, run_dir, multirun):
+        seen.append((c.seed, run_dir, multirun))
+        if c.seed == 11:
+            raise ValueError("bad data for this seed")
+        status = "success" if c.seed == 10 else "kl_failure"
+        return RunResult(Outcome(status, 5), run_dir, {}, {"eval/reward": 0.4, "time/x": 1.0},
+                         0.4 if status == "success" else -1.0)
+
+    objective = run_trial(cfg, tmp_path, fake_run, study=None)
+    assert objective == pytest.approx((0.4 - 1 - 1) / 3)
+    assert [(s, d.name, m) for s, d, m in seen] == [(10, "seed-10", True), (11, "seed-11", True),
+                                                    (12, "seed-12", True)]
+    saved = json.loads((tmp_path / "trial.json").read_text())
+    assert saved["outcomes"] == ["success", "error", "kl_failure"]
+    assert saved["replicas"][1]["reason"] == "ValueError: bad data for this seed"
+    assert saved["final_eval"] == {"eval/reward": 0.4}  # eval/ keys only
+    assert "bad data" in (tmp_path / "seed-11" / "error.txt").read_text()
+
+
+def test_run_trial_rejects_zero_replicas(tmp_path):
+    with pytest.raises(ValueError, match="sweep.replicas"):
+        run_trial(compose(["sweep.replicas=0"]), tmp_path, None, None)
+
+
+# ---- the report --------------------------------------------------------------------------
+
+def _fake_run_dir(root: Path, name: str, kl: list[float], threshold=0.5) -> str:
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "config.yaml").write_text(
+        f"guard:\n  kl:\n    estimator: k3\n    threshold: {threshold}\n")
+    (d / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "kl/k3": v}) + "\n" for s, v in enumerate(kl)))
+    return str(d)
+
+
+def _hand_made_study(root: Path) -> str:
+    url = f"sqlite:///{root}/optuna.db"
+    study = optuna.create_study(study_name="hand", storage=url, direction="maximize")
+    dists = {"optim.lr": FloatDistribution(1e-6, 1e-2, log=True),
+             "num_generations": CategoricalDistribution([2, 4])}
+    cases = [  # (lr, G, outcomes, objective)
+        (1e-5, 2, ["success", "success"], 0.5),
+        (1e-3, 4, ["success", "kl_failure"], -0.4),
+        (1e-2, 4, ["kl_failure", "nan_failure"], -1.0),
+    ]
+    for n, (lr, g, outs, value) in enumerate(cases):
+        tdir = _fake_run_dir(root, f"trial-{n}", [0.0])
+        reps = [{"seed": s, "status": o, "step": 2, "reason": f"why {o}", "objective": value,
+                 "final_eval": {}, "run_dir": _fake_run_dir(root, f"trial-{n}/seed-{s}",
+                                                            [0.0, 0.01, 0.9 if o != "success"
+                                                             else 0.02])}
+                for s, o in enumerate(outs)]
+        study.add_trial(optuna.trial.create_trial(
+            params={"optim.lr": lr, "num_generations": g}, distributions=dists, value=value,
+            user_attrs={"outcomes": outs, "replicas": reps, "run_dir": tdir}))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    return url
+
+
+def test_report_hand_made_study(tmp_path, capsys):
+    _hand_made_study(tmp_path)
+    text = report.main([str(tmp_path)])
+    assert text == (tmp_path / "report.md").read_text() and text in capsys.readouterr().out
+    # 6 replicas: 3 success, 2 kl_failure, 1 nan_failure
+    assert "**Study success rate 50%** (3/6 runs)" in text
+    assert "**KL-failure rate 33%** (2)" in text and "NaN-failure rate 17% (1)" in text
+    assert "Best trial: #0, objective 0.5" in text and "4 trials (complete 3, fail 1)" in text
+    assert "| 1 | COMPLETE | 0.001 | 4 | 1 | 1 | 0 | 0 | 50% | 50% | -0.4 |" in text
+    assert "| 2 | 1 | nan_failure | 2 | why nan_failure |" in text
+    for png in ("params.png", "kl.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_from_storage_url_and_study_name(tmp_path):
+    url = _hand_made_study(tmp_path)
+    out = tmp_path / "elsewhere"
+    text = report.main(["--storage", url, "--study", "hand", "--out", str(out)])
+    assert (out / "report.md").exists() and (out / "kl.png").exists() and "# Sweep report: hand" in text
+
+
+# ---- sweeps end to end -------------------------------------------------------------------
+
+def _train(args, cwd, timeout=600):
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "rookworld.train", "-m", SEARCH, *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _trials(url, name="grpo_stability"):
+    return optuna.load_study(study_name=name, storage=url).trials
+
+
+def _assert_recorded(trials):
+    for t in trials:
+        a = t.user_attrs
+        assert t.state.name == "COMPLETE" and math.isfinite(t.value), t
+        assert len(a["outcomes"]) == 1 and a["run_dir"].endswith(f"trial-{t.number}")
+        assert (Path(a["run_dir"]) / "metrics.jsonl").exists()
+
+
+def test_sweep_mixed_outcomes_user_attrs_and_report(tiny_overrides, tmp_path):
+    """Two trials on a grid over the KL threshold: one trips the guard at step 1, one not."""
+    out = _train([*tiny_overrides, "batch_size=4", "hydra.sweeper.params=null",
+                  "hydra/sweeper/sampler=grid", "guard.kl.threshold=choice(1e-12,1e6)",
+                  "guard.kl.window=1", "optim.lr=0.01", "algorithm.entropy_coef=0.05",
+                  "kl.beta=0"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    study_dir = tmp_path / "multirun" / "grpo_stability"
+    trials = _trials(f"sqlite:///{study_dir}/optuna.db")  # plain Optuna reads them back
+    _assert_recorded(trials)
+    by_threshold = {t.params["guard.kl.threshold"]: t for t in trials}
+    failed, ok = by_threshold[1e-12], by_threshold[1e6]
+    assert failed.user_attrs["outcomes"] == ["kl_failure"] and failed.value == -1.0
+    assert failed.user_attrs["kl_failure_rate"] == 1.0 and failed.user_attrs["final_eval"] == {}
+    assert ok.user_attrs["outcomes"] == ["success"] and ok.user_attrs["success_rate"] == 1.0
+    assert ok.value == ok.user_attrs["final_eval"]["eval/reward"]
+    text = report.main([str(study_dir)])
+    assert "**Study success rate 50%** (1/2 runs)" in text and "KL-failure rate 50%" in text
+    assert (study_dir / "kl.png").exists() and (study_dir / "params.png").exists()
+
+
+@pytest.mark.slow
+def test_joblib_parallel_trials_then_rerun_resumes_the_study(tiny_overrides, tmp_path):
+    args = [*tiny_overrides, "steps=1", "batch_size=4", "hydra.sweeper.n_trials=2",
+            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.params.num_generations='choice(2,4)'"]
+    args = [a for a in args if a != "num_generations=2"]  # searched, not fixed
+    for _ in range(2):
+        out = _train(args, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+    study_dir = tmp_path / "multirun" / "grpo_stability"
+    trials = _trials(f"sqlite:///{study_dir}/optuna.db")
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    _assert_recorded(trials)
+    assert sorted(p.name for p in study_dir.glob("trial-*")) == [f"trial-{i}" for i in range(4)]
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher(tiny_overrides, tmp_path):
+    out = _train([*tiny_overrides, "steps=1", "batch_size=4", "hydra.sweeper.n_trials=2",
+                  "hydra.sweeper.n_jobs=2", "hydra/launcher=submitit_local"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    study_dir = tmp_path / "multirun" / "grpo_stability"
+    trials = _trials(f"sqlite:///{study_dir}/optuna.db")
+    assert len(trials) == 2
+    _assert_recorded(trials)
+    assert (study_dir / ".submitit").is_dir()
+
+
+def _fresh_database(url: str) -> str:
+    """A new empty database on the server of `url` (workers then race to create Optuna's
+    tables); the same database with a fresh study name if we may not create one."""
+    import sqlalchemy as sa
+
+    name = f"sweep_{uuid.uuid4().hex[:10]}"
+    try:
+        with sa.create_engine(url, isolation_level="AUTOCOMMIT").connect() as c:
+            c.execute(sa.text(f"CREATE DATABASE {name}"))
+    except sa.exc.SQLAlchemyError:
+        return url
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
+    base = os.environ.get("ROOKWORLD_PG_URL")
+    if not base:
+        pytest.skip("ROOKWORLD_PG_URL not set (scripts/start_postgres.sh starts a server)")
+    url, study, n_trials, workers = _fresh_database(base), f"w{uuid.uuid4().hex[:8]}", 2, 3
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "rookworld.train", "-m", SEARCH, *tiny_overrides, "steps=1",
+         "batch_size=4", f"hydra.sweeper.n_trials={n_trials}", f"sweep.storage={url}",
+         f"hydra.sweeper.study_name={study}", f"hydra.sweeper.sampler.seed={w}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for w in range(workers)]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n\n".join(x[-2000:] for x in logs)
+    trials = _trials(url, study)
+    assert sorted(t.number for t in trials) == list(range(n_trials * workers))
+    _assert_recorded(trials)
+    assert len({t.user_attrs["run_dir"] for t in trials}) == n_trials * workers
