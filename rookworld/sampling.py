@@ -109,39 +109,54 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 
 
 class KVCache:
-    """Keys and values, allocated once. The prompt part is stored once per distinct
-    prompt and shared by the rows that repeat it; the completion part per row.
+    """Keys and values of every layer, allocated once, one block per group (the G rows
+    that share a prompt): [L, U, H, P + T_max * G, D]. Slots 0..P-1 hold the group's
+    prompt (stored once, not G times); completion token t of the group's row r sits at
+    P + t * G + r (time-major), so the slots written by step t are one contiguous prefix
+    and a decoding step reads them with one product per layer.
 
-    prefix_k/prefix_v: L lists of [U,H,P,D] (group j's prompt, read by rows j*G..j*G+G-1);
-    prefix_bias [U,1,1,P]: 0 on real prompt keys, -inf on padding;
-    k/v: [L,N,H,T_max,D] completion keys/values."""
+    bias [U, 1, G, P + T_max * G]: 0 where row r may attend (a real prompt token, or one
+    of its own completion tokens), -inf elsewhere (padding, the other rows' tokens)."""
 
-    def __init__(self, n_layer, n, n_head, max_new, head_dim, dtype, device):
-        shape = (n_layer, n, n_head, max_new, head_dim)
+    def __init__(self, n_layer: int, prompt_keys: int, max_new: int, group: int, n_groups: int,
+                 n_head: int, head_dim: int, dtype, device):
+        shape = (n_layer, n_groups, n_head, prompt_keys + max_new * group, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
-        self.prefix_k: list[Tensor] = []
-        self.prefix_v: list[Tensor] = []
-        self.prefix_bias = torch.empty(0)
-        self.group = 1
+        self.p, self.group = prompt_keys, group
+        self.bias = torch.empty(0)
+
+    def set_bias(self, prompt_mask: Tensor) -> None:
+        """prompt_mask [U,P] (one row per group) -> the attention bias (see class)."""
+        u, g = prompt_mask.shape[0], self.group
+        own = torch.eye(g, dtype=torch.bool, device=prompt_mask.device).repeat(
+            1, (self.k.shape[3] - self.p) // g)  # [G, T_max*G]: slot t*G + r is row r's
+        ok = torch.cat([prompt_mask.bool()[:, None, :].expand(u, g, self.p),
+                        own.expand(u, g, own.shape[1])], dim=-1)
+        zero = torch.zeros(ok.shape, dtype=self.k.dtype, device=ok.device)
+        self.bias = zero.masked_fill(~ok, float("-inf"))[:, None]
+
+    def write(self, layer: int, t: int, k: Tensor, v: Tensor) -> None:
+        """k, v [N,H,1,D] of completion token t (rows in group order) into their slots."""
+        u, g = self.k.shape[1], self.group
+        lo = self.p + t * g
+        self.k[layer, :, :, lo:lo + g] = k.view(u, g, k.shape[1], -1).transpose(1, 2)
+        self.v[layer, :, :, lo:lo + g] = v.view(u, g, v.shape[1], -1).transpose(1, 2)
 
 
 def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
-    """Attention of one new token per row over its prompt (shared per group) and its
-    first t + 1 completion slots: q [N,H,1,D] -> [N,H,1,D]. Each group's G queries meet
-    their prompt's keys in one [G,D] x [D,P] product instead of G copies of the prompt."""
+    """Attention of one new token per row over its prompt and its completion tokens
+    0..t: q [N,H,1,D] -> [N,H,1,D]. Each group's G queries meet the group's block in one
+    [G,D] x [D,S] product; the bias keeps every row to its own tokens (the G-1 other
+    rows' products are wasted work, cheaper than G separate row-sized products)."""
     n, h, _, d = q.shape
     g = cache.group
-    u = n // g
-    q = q * d ** -0.5
-    keys, values = cache.k[layer, :, :, :t + 1], cache.v[layer, :, :, :t + 1]
-    s_prompt = torch.matmul(q.reshape(u, g, h, d).transpose(1, 2),
-                            cache.prefix_k[layer].transpose(-1, -2)) + cache.prefix_bias
-    s_own = torch.matmul(q, keys.transpose(-1, -2)).view(u, g, h, t + 1).transpose(1, 2)
-    w_prompt, w_own = torch.cat([s_prompt, s_own], dim=-1).softmax(-1).split(
-        [s_prompt.shape[-1], t + 1], dim=-1)
-    out = torch.matmul(w_prompt, cache.prefix_v[layer]).transpose(1, 2).reshape(n, h, 1, d)
-    return out + torch.matmul(w_own.transpose(1, 2).reshape(n, h, 1, t + 1), values)
+    u, end = n // g, cache.p + (t + 1) * g
+    qg = (q * d ** -0.5).view(u, g, h, d).transpose(1, 2)  # [U,H,G,D]
+    scores = torch.matmul(qg, cache.k[layer, :, :, :end].transpose(-1, -2))
+    w = (scores + cache.bias[..., :end]).softmax(-1)
+    out = torch.matmul(w, cache.v[layer, :, :, :end])  # [U,H,G,D]
+    return out.transpose(1, 2).reshape(n, h, 1, d)
 
 
 def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int,
@@ -152,26 +167,28 @@ def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int
     x = (tr.wte(tok) + tr.wpe(positions))[:, None]
     for i, blk in enumerate(tr.h):
         def attend(q, k, v, i=i):
-            cache.k[i, :, :, t:t + 1] = k
-            cache.v[i, :, :, t:t + 1] = v
+            cache.write(i, t, k, v)
             return decode_attention(q, cache, i, t)
         x = block(x, blk, attend, packed)
     return lm_head(model, final_norm(model, x[:, -1]), packed)
 
 
-def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, cache: KVCache) -> Tensor:
-    """Run each distinct prompt once and keep its keys/values in the cache's shared
-    prompt part. Returns next-token logits [N,V]."""
+def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int) -> tuple[Tensor, KVCache]:
+    """Run each distinct prompt once; allocate the cache with its keys/values as every
+    group's prompt slots. Returns (next-token logits [N,V], cache)."""
     uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
-    order, cache.group = group_order(index, uniq.shape[0])
+    order, g = group_order(index, uniq.shape[0])
+    cfg, w = model.config, model.transformer.wte.weight
+    cache = KVCache(cfg.n_layer, prompt_ids.shape[1], max_new, g, order.shape[0], cfg.n_head,
+                    cfg.n_embd // cfg.n_head, w.dtype, w.device)
+    p = prompt_ids.shape[1]
 
     def on_kv(i, k, v):
-        cache.prefix_k.append(k[order])
-        cache.prefix_v.append(v[order])
+        cache.k[i, :, :, :p] = k[order]
+        cache.v[i, :, :, :p] = v[order]
     last = prompt_forward(model, uniq, u_mask, on_kv)
-    bias = torch.zeros(u_mask.shape, dtype=last.dtype, device=last.device)
-    cache.prefix_bias = bias.masked_fill(u_mask == 0, float("-inf"))[order][:, None, None, :]
-    return lm_head(model, last)[index]
+    cache.set_bias(u_mask[order])
+    return lm_head(model, last)[index], cache
 
 
 @torch.no_grad()
@@ -184,7 +201,6 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     """
     check_gpt2(model)
     device = model.transformer.wte.weight.device
-    dtype = model.transformer.wte.weight.dtype
     prompt_ids, prompt_mask = (t.to(device) for t in left_pad(prompts, eos_id))
     n, p = prompt_ids.shape
     t_max = settings.max_new_tokens
@@ -192,8 +208,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     if p + t_max > cfg.n_positions:
         raise ValueError(f"prompt ({p}) + sampler.max_new_tokens ({t_max}) exceeds the "
                          f"model's {cfg.n_positions} positions")
-    cache = KVCache(cfg.n_layer, n, cfg.n_head, t_max, cfg.n_embd // cfg.n_head, dtype, device)
-    logits = prefill(model, prompt_ids, prompt_mask, cache)
+    logits, cache = prefill(model, prompt_ids, prompt_mask, t_max)
     packed = pack_weights(model, n) if 1 < t_max and n < PACK_BELOW_ROWS else None
     next_pos = prompt_mask.sum(-1)
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
