@@ -6,13 +6,16 @@ config, tokenizer), `ref/` when the reference drifts (periodic sync), and
 loaded with `torch.load(weights_only=True)`: nothing is unpickled. Each is
 written to a temporary directory and renamed into place, and `latest` is
 updated by rename, so a kill never leaves a half-written checkpoint that
-would be loaded.
+would be loaded: `latest_checkpoint` only ever returns a complete `step-*`
+directory (leftover `.tmp-step-*` / `.old-step-*` directories and a torn or
+stale `latest` pointer are ignored).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -20,7 +23,24 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from .redact import redact
+
 LATEST = "latest"
+RUN_CONFIG = "run_config.yaml"  # the run's own config (secrets masked), read by `resume=`
+
+
+def ensure_writable(run_dir: Path) -> None:
+    """Create run_dir and prove a file can be written there, before anything runs."""
+    from .config import ConfigError
+
+    probe = Path(run_dir) / ".write-probe"
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror}); "
+                          "set hydra.run.dir (or hydra.sweep.dir) to a writable place") from e
 
 
 def _fsync_dir(path: Path) -> None:
@@ -60,7 +80,8 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{next_step:06d}"
     tmp = root / f".tmp-step-{next_step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # a killed save's
+        shutil.rmtree(stale, ignore_errors=True)
     engine.model.save_pretrained(tmp / "model", safe_serialization=True)
     engine.policy.tokenizer.save_pretrained(tmp / "model")
     if engine.ref is not None and engine.ref_sync_every:
@@ -71,20 +92,37 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    shutil.rmtree(final, ignore_errors=True)
+    old = root / f".old-step-{next_step:06d}"
+    if final.exists():  # re-saving a step after a resume: move the old one aside atomically
+        os.replace(final, old)
     os.replace(tmp, final)
     _fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
     atomic_write_text(root / LATEST, final.name)
     return final
 
 
+def _step_of(path: Path) -> int:
+    try:
+        return int(path.name.removeprefix("step-"))
+    except ValueError:
+        return -1
+
+
+def is_complete(path: Path) -> bool:
+    """A checkpoint directory with its state and weights in place."""
+    return (path / "state.pt").is_file() and (path / "model" / "model.safetensors").is_file()
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
-    pointer = Path(run_dir) / "checkpoints" / LATEST
-    if not pointer.exists():
-        return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / "state.pt").exists() else None
+    """The newest complete `step-*` checkpoint of a run, or None. Not read from the
+    `latest` pointer alone: a kill between the rename of a checkpoint and the
+    pointer update leaves the pointer one checkpoint behind, and a hand-edited
+    or torn pointer must not send a resume back to step 0."""
+    root = Path(run_dir) / "checkpoints"
+    done = [p for p in root.glob("step-*") if _step_of(p) >= 0 and is_complete(p)] \
+        if root.is_dir() else []
+    return max(done, key=_step_of) if done else None
 
 
 def load_weights(model, directory: Path) -> None:
@@ -99,7 +137,12 @@ def load_weights(model, directory: Path) -> None:
 
 def load_checkpoint(path: Path, engine) -> dict:
     """Restore model, reference, optimiser, scheduler, KL state; return the state dict."""
-    state = torch.load(Path(path) / "state.pt", weights_only=True)
+    try:
+        state = torch.load(Path(path) / "state.pt", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{Path(path) / 'state.pt'} holds objects other than tensors and "
+                         "plain data; refusing to unpickle it (torch.load weights_only=True). "
+                         "Delete this checkpoint or resume from another run.") from e
     load_weights(engine.model, Path(path) / "model")
     if engine.ref is not None and (Path(path) / "ref").exists():
         load_weights(engine.ref, Path(path) / "ref")
@@ -118,7 +161,7 @@ class MetricsFile:
 
     def append(self, row: dict) -> None:
         with open(self.path, "a") as f:
-            f.write(json.dumps(row, default=float) + "\n")
+            f.write(redact(json.dumps(row, default=float)) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

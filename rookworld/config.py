@@ -3,10 +3,14 @@ validation that fails before any model is built, naming the key and the fix."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
 
 from hydra.utils import instantiate as _instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from .redact import redact
 
 PACKAGE_DIR = Path(__file__).parent
 # instantiate() may only build the project's own callables (Hydra 1.4 execution whitelist).
@@ -23,7 +27,11 @@ if not OmegaConf.has_resolver("pkg_data"):
 
 
 class ConfigError(ValueError):
-    """An impossible or conflicting setting; the message names the key."""
+    """An impossible or conflicting setting; the message names the key (secrets in
+    it are masked: it is printed and stored)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(str(message)))
 
 
 def instantiate(node, **kwargs):
@@ -49,7 +57,10 @@ _INT_RULES = {  # key: (minimum, why)
     "checkpoint_every": (0, "an integer >= 0"),
     "examples_to_log": (0, "an integer >= 0"),
     "reference.sync_every": (0, "an integer >= 0"),
+    "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
+    "sweep.replicas": (1, "an integer >= 1"),
 }
+_BOOL_KEYS = ("dry_run", "reference.enabled")
 
 
 def _get(cfg: DictConfig, key: str):
@@ -58,10 +69,25 @@ def _get(cfg: DictConfig, key: str):
 
 def validate(cfg: DictConfig) -> None:
     """Reject impossible settings before anything heavy is built."""
+    check_targets(cfg)
     for key, (low, rule) in _INT_RULES.items():
         v = _get(cfg, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ConfigError(f"{key} must be {rule}, got {v!r}")
+    for key in _BOOL_KEYS:
+        if not isinstance(_get(cfg, key), bool):
+            raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")
+    fo = cfg.sweep.failed_objective
+    if isinstance(fo, bool) or not isinstance(fo, int | float) or fo != fo:
+        raise ConfigError(f"sweep.failed_objective must be a finite number, got {fo!r}")
+    warmup = OmegaConf.select(cfg, "optim.schedule.warmup_steps", default=None)
+    if isinstance(warmup, int) and warmup > cfg.steps:
+        raise ConfigError(f"optim.schedule.warmup_steps={warmup} is more than steps={cfg.steps}; "
+                          "lower the warmup or raise steps")
+    _check_model_path(cfg.model.get("path"))
+    n_embd, n_head = cfg.model.get("n_embd"), cfg.model.get("n_head")
+    if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head < 1 or n_embd % n_head):
+        raise ConfigError(f"model.n_head={n_head} must divide model.n_embd={n_embd}")
     bs = cfg.get("batch_size")
     if bs is not None:
         if isinstance(bs, bool) or not isinstance(bs, int) or bs < 2:
@@ -84,6 +110,97 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
     if not str(cfg.device).startswith(("cpu", "cuda")):
         raise ConfigError(f"device must be cpu, cuda or cuda:N, got {cfg.device!r}")
+
+
+def _locate(target: str, key: str):
+    """The callable a whitelisted `_target_` names, imported only after the check."""
+    if not any(target.startswith(w[:-1]) if w.endswith("*") else target == w
+               for w in WHITELIST):
+        raise ConfigError(f"{key}._target_={target!r} is outside the execution whitelist "
+                          f"{WHITELIST}: configs may only build the project's own callables")
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name, None)
+        module = getattr(obj, "__module__", None) or ""
+        if callable(obj) and module.split(".")[0] == "rookworld":
+            return obj
+        break
+    raise ConfigError(f"{key}._target_={target!r} does not name a callable of the project")
+
+
+_SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
+            "None": (type(None),)}
+
+
+def _allowed_types(annotation) -> tuple | None:
+    """The Python types a parameter annotated e.g. `float | None` accepts; None when
+    the annotation is not made of plain scalars (then it is not checked here)."""
+    text = annotation if isinstance(annotation, str) else getattr(
+        annotation, "__name__", None) if isinstance(annotation, type) else str(annotation)
+    if not text:
+        return None
+    names = [t.strip().removeprefix("typing.").replace("NoneType", "None")
+             for t in text.replace("Optional[", "None|").rstrip("]").split("|")]
+    if not all(n in _SCALARS for n in names):
+        return None
+    return tuple(t for n in names for t in _SCALARS[n])
+
+
+def _check_node(node: DictConfig, key: str) -> None:
+    target = node.get("_target_")
+    fn = _locate(str(target), key)
+    sig = inspect.signature(fn)
+    params = sig.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    for name in node:
+        if str(name).startswith("_"):
+            continue
+        full = f"{key}.{name}" if key else str(name)
+        if name not in params and not takes_any:
+            raise ConfigError(f"{full} is not an option of {target}; it takes "
+                              f"{', '.join(p for p in params if p != 'self') or 'nothing'}")
+        value = node._get_node(name)._value()
+        if name not in params or isinstance(value, DictConfig | ListConfig) or \
+                OmegaConf.is_interpolation(node, name):
+            continue
+        allowed = _allowed_types(params[name].annotation)
+        bad_bool = isinstance(value, bool) and bool not in (allowed or ())
+        if allowed and (bad_bool or not isinstance(value, allowed)):
+            raise ConfigError(f"{full} must be of type {params[name].annotation}, got {value!r}")
+
+
+def check_targets(cfg: DictConfig, key: str = "") -> None:
+    """Every `_target_` under cfg is a project callable (the execution whitelist,
+    checked before anything is imported), every key beside it one of its
+    arguments, and every scalar of the type its annotation names. The message
+    names the full key: `optim.lr must be of type float, got 'abc'`."""
+    if isinstance(cfg, DictConfig):
+        if "_target_" in cfg:
+            _check_node(cfg, key)
+        for name in cfg:
+            child = cfg._get_node(name)
+            if isinstance(child, DictConfig | ListConfig):
+                check_targets(child, f"{key}.{name}" if key else str(name))
+    elif isinstance(cfg, ListConfig):
+        for i, child in enumerate(cfg._iter_ex(resolve=False)):
+            if isinstance(child, DictConfig | ListConfig):
+                check_targets(child, f"{key}[{i}]")
+
+
+def _check_model_path(path) -> None:
+    """model.path: an existing local directory, or a hub id `owner/name`."""
+    if path is None:
+        return
+    text = str(path)
+    hub_id = text.count("/") == 1 and not text.startswith(("/", ".", "~"))
+    if not hub_id and not Path(text).expanduser().exists():
+        raise ConfigError(f"model.path={text!r} does not exist (give a local model directory "
+                          "or a hub id owner/name)")
 
 
 def prompts_per_step(cfg: DictConfig) -> int:

@@ -20,8 +20,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from .checkpoint import (
+    RUN_CONFIG,
     MetricsFile,
     atomic_write_text,
+    ensure_writable,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -33,6 +35,7 @@ from .distributed import init as init_distributed
 from .engine import GRPOEngine, peak_memory_mb
 from .evaluation import Evaluator
 from .guards import KLGuard, NaNGuard, Outcome
+from .redact import redact, redact_config, restore_redacted
 from .sweeps.trial import run_trial, study_ref
 
 
@@ -168,27 +171,30 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
     errors before training starts (bad config or data) or, outside sweeps, on error."""
     parts = build_parts(cfg)
+    reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
+    ensure_writable(run_dir)
     pools, eval_samples = load_data(cfg, parts, run_dir)
+    if not cfg.resume:  # the config a later `resume=` continues with (Hydra may overwrite .hydra/)
+        atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
     if cfg.dry_run:
         print(f"[rookworld] dry run: config valid; data in {run_dir / 'data_report.json'}")
         return RunResult(Outcome("success", 0, "dry run"), run_dir, {}, {}, 0.0)
     dist = init_distributed(cfg.device)  # under torchrun: join the process group
     main = dist is None or dist.is_main
     loggers = parts.loggers if main else []
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    config_dict = redact_config(OmegaConf.to_container(cfg, resolve=True))
     for lg in loggers:
         lg.start(run_dir, config_dict)
     first = last = {}
     try:
         torch.manual_seed(cfg.seed)
-        reward = instantiate(cfg.reward)
         engine = build_engine(cfg, parts, reward, dist)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
         outcome = Outcome("error", -1, f"{type(e).__name__}: {e}")
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        atomic_write_text(run_dir / "error.txt", redact(traceback.format_exc()))
         if not multirun:
             if main:
                 _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
@@ -202,9 +208,9 @@ def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, logge
     ok = outcome.status == "success" and cfg.sweep.objective in last
     objective = float(last[cfg.sweep.objective]) if ok else float(cfg.sweep.failed_objective)
     summary = {"objective": objective, **{f"final/{k}": v for k, v in last.items()}}
-    atomic_write_text(run_dir / "outcome.json", json.dumps(
+    atomic_write_text(run_dir / "outcome.json", redact(json.dumps(
         {**asdict(outcome), "objective": objective, "initial_eval": first,
-         "final_eval": last}, indent=2))
+         "final_eval": last}, indent=2)))
     for lg in loggers:
         lg.finish(outcome, summary)
     if first and last:
@@ -216,14 +222,18 @@ def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, logge
 
 
 def resolve_resume(cfg: DictConfig) -> tuple[DictConfig, Path | None]:
-    """resume=<run dir>: continue that run with its own saved config (steps may be raised)."""
+    """resume=<run dir>: continue that run with its own saved config (steps may be raised;
+    secrets masked in the saved config are taken from this command's config)."""
     if not cfg.resume:
         return cfg, None
     run_dir = Path(cfg.resume).expanduser().resolve()
-    saved = run_dir / ".hydra" / "config.yaml"
-    if not saved.exists():
-        raise ConfigError(f"resume={cfg.resume}: no run there ({saved} is missing)")
+    saved = next((p for p in (run_dir / RUN_CONFIG, run_dir / ".hydra" / "config.yaml")
+                  if p.exists()), None)
+    if saved is None:
+        raise ConfigError(f"resume={cfg.resume}: no run there "
+                          f"({run_dir / RUN_CONFIG} is missing)")
     old = OmegaConf.load(saved)
+    restore_redacted(old, cfg)
     old.steps, old.resume = cfg.steps, str(run_dir)
     return old, run_dir
 

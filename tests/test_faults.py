@@ -1,0 +1,257 @@
+"""Faults: a run killed (SIGKILL) at random points resumes exactly; half-written
+checkpoints and torn metrics lines are never read; the engine pool survives a
+Stockfish process killed mid-analysis.
+
+"Exactly": after `resume=<run dir>` the metrics rows (time/* and mem/* aside) and
+the final weights equal those of an uninterrupted run with the same seed.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from rookworld.checkpoint import (
+    LATEST,
+    MetricsFile,
+    is_complete,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from rookworld.config import compose
+from rookworld.train import build_engine, build_parts, resolve_resume, run
+
+# State that a resume must restore: Adam moments and a large lr (weights move a lot),
+# a cosine schedule (scheduler state), the adaptive KL controller (its coefficient)
+# and a reference that is synced every 3 steps (saved with the checkpoint).
+STATEFUL = ["optim=adamw_cosine", "optim.schedule.warmup_steps=1", "optim.lr=0.01", "kl=adaptive", "reference.sync_every=3",
+            "reference.sync_alpha=0.5", "checkpoint_every=1", "eval_every=2",
+            "guard.kl.threshold=1000"]
+VOLATILE = ("time/", "mem/")
+
+
+def comparable(run_dir: Path) -> list[dict]:
+    """metrics.jsonl rows without the timing and memory keys."""
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)}
+            for r in MetricsFile(Path(run_dir) / "metrics.jsonl").read()]
+
+
+def final_weights(run_dir: Path) -> dict:
+    return load_file(str(latest_checkpoint(run_dir) / "model" / "model.safetensors"))
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    ra, rb = comparable(a), comparable(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb]
+    for x, y in zip(ra, rb, strict=True):
+        assert x == y, f"step {x['step']}: " + str({k: (x[k], y.get(k)) for k in x
+                                                     if x[k] != y.get(k)})
+    wa, wb = final_weights(a), final_weights(b)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# ---------------------------------------------------------------- checkpoint files
+
+@pytest.fixture
+def tiny_engine(tiny_overrides):
+    cfg = compose(tiny_overrides)
+    parts = build_parts(cfg)
+    from rookworld.config import instantiate
+    return build_engine(cfg, parts, instantiate(cfg.reward))
+
+
+def test_half_written_checkpoints_and_torn_pointer_are_ignored(tiny_engine, tmp_path):
+    save_checkpoint(tmp_path, 1, tiny_engine, {})
+    good = save_checkpoint(tmp_path, 2, tiny_engine, {})
+    root = tmp_path / "checkpoints"
+    # a kill mid-save leaves a temporary directory (here with a state but no weights) ...
+    tmp = root / ".tmp-step-000003"
+    shutil.copytree(good, tmp)
+    (tmp / "model" / "model.safetensors").unlink()
+    # ... a complete-looking name without weights cannot come from save_checkpoint,
+    # but a hand-copied or half-deleted one must not be loaded either ...
+    shutil.copytree(tmp, root / "step-000004")
+    # ... and a torn or stale pointer
+    for pointer in ("step-0000", "step-000004", "", "step-000003\n\x00"):
+        (root / LATEST).write_text(pointer)
+        assert latest_checkpoint(tmp_path) == good, repr(pointer)
+    (root / LATEST).unlink()
+    assert latest_checkpoint(tmp_path) == good
+    assert not is_complete(root / "step-000004") and is_complete(good)
+    # the next save removes leftovers of a killed save
+    save_checkpoint(tmp_path, 3, tiny_engine, {})
+    assert not tmp.exists() and latest_checkpoint(tmp_path).name == "step-000003"
+
+
+def test_resaving_a_step_after_resume_replaces_it_whole(tiny_engine, tmp_path):
+    first = save_checkpoint(tmp_path, 2, tiny_engine, {"marker": 1})
+    with torch.no_grad():
+        next(tiny_engine.model.parameters()).add_(1.0)
+    again = save_checkpoint(tmp_path, 2, tiny_engine, {"marker": 2})
+    assert again == first and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) \
+        == [LATEST, "step-000002"]
+    state = torch.load(again / "state.pt", weights_only=True)
+    assert state["marker"] == 2
+
+
+def test_no_checkpoint_means_none(tmp_path):
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "checkpoints" / ".tmp-step-000001").mkdir(parents=True)
+    assert latest_checkpoint(tmp_path) is None
+
+
+def test_metrics_file_skips_a_torn_last_line_and_truncates_atomically(tmp_path):
+    mf = MetricsFile(tmp_path / "metrics.jsonl")
+    for s in range(-1, 4):
+        mf.append({"step": s, "reward/mean": s / 10})
+    with open(mf.path, "a") as f:
+        f.write('{"step": 4, "reward/me')  # a kill in the middle of a write
+    assert [r["step"] for r in mf.read()] == [-1, 0, 1, 2, 3]
+    mf.truncate_to(2)
+    assert [r["step"] for r in mf.read()] == [-1, 0, 1]
+    assert mf.path.read_text().endswith("\n") and not list(tmp_path.glob(".*.tmp"))
+
+
+# ----------------------------------------------------------- resume, in process
+
+def _save_run_config(cfg, run_dir: Path) -> None:
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+
+
+def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch):
+    """A crash (exception) at step 3 of 5; resume continues from checkpoint 3."""
+    overrides = tiny_overrides + STATEFUL + ["steps=5"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    run(compose(overrides), whole)
+
+    cfg = compose(overrides)
+    _save_run_config(cfg, broken)
+    from rookworld import engine as engine_mod
+    real_update = engine_mod.GRPOEngine.update
+
+    def crash_at_3(self, batch, step):
+        if step == 3:
+            raise RuntimeError("simulated crash")
+        return real_update(self, batch, step)
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_3)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(cfg, broken)
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    assert latest_checkpoint(broken).name == "step-000003"
+
+    resumed_cfg, run_dir = resolve_resume(compose(tiny_overrides + ["steps=5",
+                                                                    f"resume={broken}"]))
+    assert run_dir == broken.resolve() and resumed_cfg.optim.lr == 0.01  # the run's config
+    result = run(resumed_cfg, run_dir)
+    assert result.outcome.status == "success"
+    assert_same_run(whole, broken)
+
+
+def test_resume_with_a_malicious_state_file_is_refused(tiny_engine, tmp_path):
+    ckpt = save_checkpoint(tmp_path, 1, tiny_engine, {})
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"next_step": 1, "x": Payload()}, ckpt / "state.pt")
+    with pytest.raises(ValueError, match="refusing to unpickle"):
+        load_checkpoint(ckpt, tiny_engine)
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------ SIGKILL, real CLI
+
+def _env():
+    return dict(os.environ, HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _train(args, cwd) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rookworld.train", *args], cwd=cwd,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _done_steps(run_dir: Path) -> int:
+    """Training steps whose metrics row is in the file."""
+    rows = MetricsFile(run_dir / "metrics.jsonl").read()
+    return 1 + max((r["step"] for r in rows if "reward/mean" in r), default=-1)
+
+
+def _kill_at(proc: subprocess.Popen, run_dir: Path, steps_done: int, delay: float) -> None:
+    deadline = time.monotonic() + 300
+    while _done_steps(run_dir) < steps_done:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "training did not reach the kill point"
+        time.sleep(0.02)
+    time.sleep(delay)  # anywhere in the next step: sampling, update, eval or checkpoint
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    proc.stdout.close()
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_then_resume_is_exact(tiny_overrides, tmp_path):
+    """Three kills at random steps and random moments within the step."""
+    steps = 8
+    args = tiny_overrides + STATEFUL + [f"steps={steps}"]
+    whole = tmp_path / "whole"
+    p = _train(args + [f"hydra.run.dir={whole}"], tmp_path)
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out[-3000:]
+
+    rng = random.Random(20261122)
+    for k, kill_after in enumerate(sorted(rng.sample(range(steps - 2), 3))):
+        run_dir = tmp_path / f"killed{k}"
+        proc = _train(args + [f"hydra.run.dir={run_dir}"], tmp_path)
+        _kill_at(proc, run_dir, kill_after, rng.uniform(0.0, 0.5))
+        done = _done_steps(run_dir)
+        ckpt = latest_checkpoint(run_dir)
+        saved = int(ckpt.name.removeprefix("step-")) if ckpt else 0
+        assert saved >= done - 1, f"lost {done - saved} steps with checkpoint_every=1"
+        p = _train([f"resume={run_dir}", f"steps={steps}",
+                    f"hydra.run.dir={tmp_path / f'resume{k}'}"], tmp_path)
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+        assert json.loads((run_dir / "outcome.json").read_text())["status"] == "success"
+        assert_same_run(whole, run_dir)
+
+
+# ------------------------------------------------------------- the engine pool
+
+def test_engine_pool_survives_a_process_killed_mid_analysis():
+    from rookworld.chess_tasks.engine import EnginePool, find_engine
+    try:
+        find_engine()
+    except FileNotFoundError:
+        pytest.skip("no stockfish installed")
+    fen = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
+    with EnginePool(processes=1, depth=14) as reference:
+        expected = reference.analyse(fen)
+    with EnginePool(processes=1, depth=14) as pool:
+        victim, got = pool.pids()[0], {}
+        worker = threading.Thread(target=lambda: got.update(a=pool.analyse(fen)))
+        worker.start()
+        time.sleep(0.3)
+        assert worker.is_alive(), "the analysis finished before the kill: raise the depth"
+        os.kill(victim, signal.SIGKILL)
+        worker.join(120)
+        assert got["a"] == expected  # retried on a fresh process, same label
+        assert pool.restarts == 1 and pool.pids()[0] != victim
+        assert pool.analyse(fen) is got["a"]  # and cached
