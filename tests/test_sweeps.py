@@ -215,8 +215,8 @@ def test_report_hand_made_study(tmp_path, capsys):
     # 6 replicas: 3 success, 2 kl_failure, 1 nan_failure
     assert "**Study success rate 50%** (3/6 runs)" in text
     assert "**KL-failure rate 33%** (2)" in text and "NaN-failure rate 17% (1)" in text
-    assert "Best trial: #0, objective 0.5" in text and "4 trials (complete 3, fail 1)" in text
-    assert "| 1 | COMPLETE | 0.001 | 4 | 1 | 1 | 0 | 0 | 50% | 50% | -0.4 |" in text
+    assert "Best trial: #0, objective 0.5000" in text and "4 trials (complete 3, fail 1)" in text
+    assert "| 1 | COMPLETE | 0.001 | 4 | 1 | 1 | 0 | 0 | 50% | 50% | -0.4000 |" in text
     assert "| 2 | 1 | nan_failure | 2 | why nan_failure |" in text
     for png in ("params.png", "kl.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

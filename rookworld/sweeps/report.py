@@ -80,6 +80,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _obj(v: float | None) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
 def _pct(x: float | None) -> str:
     return "" if x is None or math.isnan(x) else f"{100 * x:.0f}%"
 
@@ -91,7 +95,7 @@ def trial_table(rows: list[TrialRow], names: list[str]) -> str:
     for r in rows:
         cells = [str(r.number), r.state, *(_fmt(r.params.get(n)) for n in names),
                  *(str(r.outcomes.count(s)) if r.outcomes else "" for s in OUTCOMES),
-                 _pct(r.rate("success")), _pct(r.rate("kl_failure")), _fmt(r.value)]
+                 _pct(r.rate("success")), _pct(r.rate("kl_failure")), _obj(r.value)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -122,7 +126,7 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
            f"error rate {_pct(rates['error_rate'])} ({rates['error']}).", ""]
     if best:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
-        out += [f"Best trial: #{best.number}, objective {_fmt(best.value)} "
+        out += [f"Best trial: #{best.number}, objective {_obj(best.value)} "
                 f"(outcomes {best.outcomes}): {params}; run directory `{best.run_dir}`.", ""]
     out += ["## Trials", "", trial_table(rows, names), "",
             "## Failed runs", "", failure_table(rows), ""]
