@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
+
+from .redact import redact, redact_config
 
 CONSOLE_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "train_batch/reward",
                 "kl/value", "kl/coef", "policy/entropy", "policy/clip_frac_high",
@@ -138,8 +141,13 @@ class WandbLogger:
         import wandb
 
         mode = os.environ.get("WANDB_MODE", self.mode)
-        self.run = wandb.init(dir=str(Path(run_dir)), config=config, mode=mode,
-                              reinit="finish_previous", **self.kwargs)
+        argv = sys.argv[:]  # W&B stores the command line: mask secrets in it (rookworld/redact.py)
+        sys.argv[1:] = [redact(a) for a in argv[1:]]
+        try:
+            self.run = wandb.init(dir=str(Path(run_dir)), config=redact_config(config),
+                                  mode=mode, reinit="finish_previous", **self.kwargs)
+        finally:
+            sys.argv[:] = argv
         # our step is the x-axis: W&B's own _step must grow, ours starts at -1 and an
         # evaluation row repeats the step of the training row before it
         self.run.define_metric("step")

@@ -131,9 +131,19 @@ def _save_run_config(cfg, run_dir: Path) -> None:
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
 
 
-def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch):
-    """A crash (exception) at step 3 of 5; resume continues from checkpoint 3."""
-    overrides = tiny_overrides + STATEFUL + ["steps=5"]
+@pytest.fixture
+def one_thread():
+    """One torch thread: on a shared 2-core machine, fewer threads is faster and steadier."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch,
+                                                          one_thread):
+    """A crash (exception) at step 3 of 4; resume continues from checkpoint 3."""
+    overrides = tiny_overrides + STATEFUL + ["steps=4"]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     run(compose(overrides), whole)
 
@@ -153,7 +163,7 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
     assert latest_checkpoint(broken).name == "step-000003"
 
-    resumed_cfg, run_dir = resolve_resume(compose(tiny_overrides + ["steps=5",
+    resumed_cfg, run_dir = resolve_resume(compose(tiny_overrides + ["steps=4",
                                                                     f"resume={broken}"]))
     assert run_dir == broken.resolve() and resumed_cfg.optim.lr == 0.01  # the run's config
     result = run(resumed_cfg, run_dir)
