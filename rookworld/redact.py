@@ -59,7 +59,8 @@ def _env_secrets() -> list[str]:
 
 def _mask_key_value(m: re.Match) -> str:
     val = m.group("val")
-    if val.lower() in _NOT_SECRET or val.startswith("${") or not SECRET_NAME.match(m.group("key")):
+    if (val.lower() in _NOT_SECRET or val.startswith(("${", MASK))
+            or not SECRET_NAME.match(m.group("key"))):
         return m.group(0)
     q = m.group("q") or ('"' if _NUMBER.fullmatch(val) else "")  # a bare number: keep JSON valid
     return f"{m.group('key')}{m.group('sep')}{q}{MASK}{q if not m.group('q') else ''}"
