@@ -144,8 +144,11 @@ def counts(diff: dict[str, list[tuple]]) -> str:
 
 def outcome_note(side: Side) -> str:
     o = side.outcome
-    return f" ({o.get('status')} at step {o.get('step')}, objective {o.get('objective')})" \
-        if o else ""
+    if not o:
+        return ""
+    obj = o.get("objective")
+    obj = f"{obj:.4g}" if isinstance(obj, float) else obj
+    return f" ({o.get('status')} at step {o.get('step')}, objective {obj})"
 
 
 def render_text(a: Side, b: Side) -> str:

@@ -144,6 +144,21 @@ def style(ax, flat: float = 1e-3, band: float = 0.05) -> None:
             ax.set_ylim(mid - band * level, mid + band * level)
 
 
+def guard_line(ax, run: Run, near: float = 0.25) -> None:
+    """The KL guard's threshold as a dashed line when the KL came within `near` of it;
+    otherwise only named in the legend, so small KL values stay visible."""
+    guard = (run.config.get("guard") or {}).get("kl") or {}
+    threshold = guard.get("threshold")
+    if threshold is None:
+        return
+    label = f"guard: {guard.get('estimator')} > {threshold}"
+    top = max((float(y) for line in ax.get_lines() for y in line.get_ydata()), default=0.0)
+    if top >= near * threshold:
+        ax.axhline(threshold, color="red", linestyle="--", linewidth=1, label=label)
+    else:
+        ax.plot([], [], color="red", linestyle="--", linewidth=1, label=label + " (off scale)")
+
+
 def draw(ax, panel: Panel, run: Run) -> None:
     rows = run.evals if panel.eval else run.train
     drawn = 0
@@ -153,11 +168,8 @@ def draw(ax, panel: Panel, run: Run) -> None:
             ax.plot(x, y, label=label, marker="o" if panel.eval or len(x) < 20 else None,
                     markersize=3, linewidth=1.5)
             drawn += 1
-    if panel is KL:
-        threshold = (run.config.get("guard") or {}).get("kl") or {}
-        if drawn and threshold.get("threshold") is not None:
-            ax.axhline(threshold["threshold"], color="red", linestyle="--", linewidth=1,
-                       label=f"guard: {threshold.get('estimator')} > {threshold['threshold']}")
+    if panel is KL and drawn:
+        guard_line(ax, run)
     style(ax)
     if panel.share:
         ax.set_ylim(-0.03, 1.03)
@@ -167,17 +179,22 @@ def draw(ax, panel: Panel, run: Run) -> None:
     ax.tick_params(labelsize=8)
     ax.grid(True, alpha=0.3)
     if drawn:
-        ax.legend(fontsize=7, loc="best")
+        n = len(ax.get_legend_handles_labels()[1])  # below the axes: never over the data
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  ncol=min(n, 3), frameon=False)
     else:
         ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center",
                 transform=ax.transAxes, color="gray")
+    if panel is CLIP and drawn and (run.config.get("algorithm") or {}).get("num_iterations") == 1:
+        ax.text(0.5, 0.9, "num_iterations=1: the ratio is 1 at the update,\nso nothing is clipped",
+                ha="center", va="top", transform=ax.transAxes, color="gray", fontsize=8)
 
 
 def figure(panels: tuple[Panel, ...], run: Run, out: Path, ncols: int | None = None,
-           title: str | None = None) -> Path:
+           title: str | None = None, dpi: int = 100) -> Path:
     ncols = ncols or len(panels)
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 4.0 * nrows), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
         draw(ax, panel, run)
     for ax in list(axes.flat)[len(panels):]:
@@ -185,7 +202,7 @@ def figure(panels: tuple[Panel, ...], run: Run, out: Path, ncols: int | None = N
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
 
@@ -289,8 +306,9 @@ def data_lines(run: Run) -> list[str]:
     def counts(split: dict) -> str:
         return ", ".join(f"{task} {n}" for task, n in (split or {}).items())
 
-    return [f"- Data: train {counts(d.get('train'))}; held-out {counts(d.get('eval'))} "
-            "(evaluation uses at most data.eval_per_task of them per task)"]
+    cap = (run.config.get("data") or {}).get("eval_per_task")
+    used = f", evaluated on at most {cap} per task (data.eval_per_task)" if cap else ""
+    return [f"- Data: train {counts(d.get('train'))}; held-out {counts(d.get('eval'))}{used}"]
 
 
 def markdown(run: Run, pictures: list[Path]) -> str:
@@ -312,15 +330,15 @@ def markdown(run: Run, pictures: list[Path]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_report(run_dir: Path, out: Path | None = None) -> Path:
+def write_report(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
     """Write the plots and report.md; returns the report's path."""
     run = load_run(Path(run_dir))
     out = Path(out) if out else run.path / "report"
     out.mkdir(parents=True, exist_ok=True)
     status = run.outcome.get("status", "no outcome yet")
     pictures = [figure(OVERVIEW, run, out / "overview.png", ncols=3,
-                       title=f"rookworld run {run.path.name}: {status}")]
-    pictures += [figure(panels, run, out / name) for name, panels in FIGURES.items()]
+                       title=f"rookworld run {run.path.name}: {status}", dpi=dpi)]
+    pictures += [figure(panels, run, out / name, dpi=dpi) for name, panels in FIGURES.items()]
     report = out / "report.md"
     report.write_text(markdown(run, pictures))
     return report
@@ -331,8 +349,9 @@ def main(argv: list[str] | None = None) -> Path:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path, help="a training run (or multirun job) directory")
     ap.add_argument("--out", type=Path, default=None, help="output folder (RUN_DIR/report)")
+    ap.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs")
     args = ap.parse_args(argv)
-    report = write_report(args.run_dir, args.out)
+    report = write_report(args.run_dir, args.out, args.dpi)
     print(f"[rookworld] report: {report} (plots beside it)")
     return report
 

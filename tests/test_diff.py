@@ -77,7 +77,7 @@ def test_run_directories_and_multirun_jobs(tmp_path):
                   {"status": "kl_failure", "step": 12, "objective": -1.0})
     text = diff.main([str(a), str(b)])
     assert f"A: {a} (success at step 30, objective 0.25)" in text
-    assert f"B: {b} (kl_failure at step 12, objective -1.0)" in text
+    assert f"B: {b} (kl_failure at step 12, objective -1)" in text  # 4 significant digits
     assert "~ kl    fixed -> adaptive" in text and "~ seed  0 -> 1" in text  # aligned
     assert "+ kl.target" in text
     with pytest.raises(SystemExit, match="multirun jobs 0, 1: pass one of them"):

@@ -57,7 +57,7 @@ def test_report_markdown_by_hand(run_dir):
     assert "- Outcome: **success** at step 4\n- Objective (eval/reward): -0.200" in md
     # 4 training rows, 3 evaluations (the torn last line is skipped); median of 2,3,4,5 s
     assert "- Logged: 4 training steps, 3 evaluations, median 3.5 s per step" in md
-    assert "- Data: train P 10, A 12; held-out P 3, A 4" in md
+    assert "- Data: train P 10, A 12; held-out P 3, A 4, evaluated on at most 100 per task" in md
     assert "| `kl` | `adaptive` |" in md and "| `steps` | `4` |" in md
     assert "| `kl._target_` | `rookworld.kl.FixedKL` | `rookworld.kl.AdaptiveKL` |" in md
     # before -1, after 3, best over -1, 1, 3; eval_error is lower-better
@@ -95,11 +95,37 @@ def test_panels_label_axes_and_say_when_nothing_was_logged(run_dir):
     report.draw(c, report.CLIP, run)
     assert a.get_xlabel() == "training step" and a.get_ylabel() == "nats per token"
     labels = [t.get_text() for t in a.get_legend().get_texts()]
-    assert labels == ["k3", "guard: k3 > 1.0"]  # the guard's threshold from the run's config
+    # the guard's threshold from the run's config; KL (<= 0.03) is far below it: not drawn
+    assert labels == ["k3", "guard: k3 > 1.0 (off scale)"] and a.get_ylim()[1] < 0.1
     lo, hi = b.get_ylim()  # entropy 2.0 at every step: +-5% of 2, not a blown-up axis
     assert (lo, hi) == pytest.approx((1.9, 2.1))
     assert [t.get_text() for t in c.texts] == ["not logged in this run"]
     plt.close(fig)
+
+
+def test_guard_threshold_drawn_when_kl_comes_near_it(run_dir):
+    run = report.load_run(run_dir)
+    run.train[-1]["kl/k3"] = 0.3  # within a quarter of the threshold 1.0
+    fig, ax = plt.subplots()
+    report.draw(ax, report.KL, run)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["k3", "guard: k3 > 1.0"]
+    assert ax.get_ylim()[1] > 1.0
+    plt.close(fig)
+
+
+def test_clip_panel_explains_zero_with_one_iteration(run_dir):
+    run = report.load_run(run_dir)  # algorithm=grpo: num_iterations 1
+    fig, ax = plt.subplots()
+    report.draw(ax, report.CLIP, run)
+    assert "num_iterations=1" in ax.texts[0].get_text()
+    plt.close(fig)
+
+
+def test_dpi_sets_the_picture_size(run_dir, tmp_path):
+    report.main([str(run_dir), "--out", str(tmp_path / "small"), "--dpi", "50"])
+    import matplotlib.image as mpimg
+    height, width = mpimg.imread(tmp_path / "small" / "entropy.png").shape[:2]
+    assert (width, height) == (230, 200)  # 4.6 x 4.0 inches at 50 dpi
 
 
 def test_not_a_run_directory(tmp_path):
