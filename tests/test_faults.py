@@ -250,3 +250,56 @@ def test_engine_pool_survives_a_process_killed_mid_analysis():
         assert got["a"] == expected  # retried on a fresh process, same label
         assert pool.restarts == 1 and pool.pids()[0] != victim
         assert pool.analyse(fen) is got["a"]  # and cached
+
+
+# ---------------------------------------------------------------- sweeps
+
+SEARCH = ["-m", "hparams_search=grpo_stability", "hydra.sweeper.params=null", "batch_size=4"]
+
+
+def _study(tmp_path: Path):
+    import optuna
+    db = tmp_path / "multirun" / "grpo_stability" / "optuna.db"
+    return optuna.load_study(study_name="grpo_stability", storage=f"sqlite:///{db}").trials
+
+
+@pytest.mark.slow
+def test_sweep_trial_that_crashes_is_recorded_with_its_reason_and_the_rest_run(tiny_overrides,
+                                                                             tmp_path):
+    """A grid of three trials; the middle budget does not fit the model's 320 positions."""
+    base = [o for o in tiny_overrides if not o.startswith("sampler.max_new_tokens=")]
+    p = _train(SEARCH + base + ["steps=1", "hydra/sweeper/sampler=grid",
+                                "sampler.max_new_tokens=choice(16,400,24)"], tmp_path)
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    trials = {t.params["sampler.max_new_tokens"]: t for t in _study(tmp_path)}
+    assert sorted(trials) == [16, 24, 400] and all(t.state.name == "COMPLETE"
+                                                   for t in trials.values())
+    crashed = trials[400].user_attrs
+    assert crashed["outcomes"] == ["error"] and trials[400].value == -1.0
+    assert "max_new_tokens (400) exceeds" in crashed["replicas"][0]["reason"]
+    assert (Path(crashed["run_dir"]) / "error.txt").exists()
+    for ok in (trials[16], trials[24]):
+        assert ok.user_attrs["outcomes"] == ["success"]
+
+
+@pytest.mark.slow
+def test_sweep_killed_mid_trial_then_rerun_resumes_the_study(tiny_overrides, tmp_path):
+    args = SEARCH + tiny_overrides + ["steps=3", "hydra.sweeper.n_trials=2"]
+    p = _train(args, tmp_path)
+    victim = tmp_path / "multirun" / "grpo_stability" / "trial-1"
+    _kill_at(p, victim, 1, 0.0)  # the sweep (and with it trial 1) dies during trial 1
+    before = _study(tmp_path)
+    assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
+    p = _train(args, tmp_path)  # the same command again
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    after = _study(tmp_path)
+    assert [t.number for t in after] == [0, 1, 2, 3]  # resumed: numbering goes on
+    assert after[0].value == before[0].value and after[0].state.name == "COMPLETE"
+    assert [t.state.name for t in after[2:]] == ["COMPLETE", "COMPLETE"]
+    killed = after[1]
+    if killed.state.name != "FAIL":
+        pytest.xfail("a trial whose process was killed stays RUNNING in the study: nothing "
+                     "marks it FAIL on the rerun (see the issue 10 report)")
+    assert killed.user_attrs.get("reason") or killed.system_attrs.get("fail_reason")
