@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .chess_tasks import Sample
 from .checkpoint import atomic_write_text
+from .chess_tasks import Sample
 from .config import ConfigError
 from .data.loaders import load_samples
 
