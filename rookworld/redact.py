@@ -41,8 +41,9 @@ _WORDS = (r"(?:password|passwd|secret|token|api_?key|apikey|access_?key|private_
 SECRET_NAME = re.compile(rf"(?:.*[^a-z])?{_WORDS}$", re.IGNORECASE)
 # Environment variables that hold secrets although their names do not say so.
 SECRET_ENV = ("OPTUNA_STORAGE", "DATABASE_URL", "PGPASSWORD")
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*://[^:/@\s'\"]*:)(?P<pw>[^@/\s'\"]+)(?=@)",
-                           re.IGNORECASE)
+# Hydra escapes ':' in override strings it prints and saves (`postgresql\://u\:pw@h`).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*\\?://[^:/@\s'\"\\]*\\?:)"
+                           r"(?P<pw>[^@/\s'\"]+)(?=@)", re.IGNORECASE)
 _KEY_VALUE = re.compile(rf"(?P<key>[\w.\-]*{_WORDS})(?P<sep>['\"]?\s*[=:]\s*)"
                         r"(?P<q>['\"]?)(?P<val>[^\s'\",}\]]+)", re.IGNORECASE)
 _NOT_SECRET = {MASK, "null", "none", "~", "true", "false"}  # YAML/JSON non-values stay

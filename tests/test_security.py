@@ -25,6 +25,9 @@ WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"  # a made-up 40-hex W&B k
 LEAKS = [  # text, the secret that must be gone, what must stay
     (f"hydra.sweeper.storage={PG_URL}", "s3cret", "postgresql+psycopg://u:REDACTED@127.0.0.1/db"),
     (f"sweep.storage={PG_URL}", "s3cret", "u:REDACTED@"),
+    # as Hydra's launcher prints and saves an override: ':' escaped
+    ("sweep.storage=postgresql+psycopg\\://u\\:s3cret@127.0.0.1\\:5432/db", "s3cret",
+     "postgresql+psycopg\\://u\\:REDACTED@127.0.0.1\\:5432/db"),
     ("mysql://root:p%40ss@db.example:3306/x", "p%40ss", "root:REDACTED@db.example:3306"),
     ("redis://:tok3n@cache:6379/0", "tok3n", "redis://:REDACTED@cache"),
     ("https://x-access-token:ghp_AbC123@github.com/o/r.git", "ghp_AbC123", "github.com/o/r"),
@@ -263,3 +266,48 @@ def test_remote_code_in_a_model_directory_is_not_run(tmp_path):
     except (ValueError, OSError):
         pass  # refusing is fine too; running the file is not
     assert not marker.exists()
+
+
+# ------------------------------------------- a sweep on PostgreSQL with a password
+
+@pytest.fixture
+def postgres_url(tmp_path):
+    """ROOKWORLD_PG_URL, or a throwaway server from scripts/start_postgres.sh (trust auth:
+    any password is accepted, so a URL with one is a real, working URL)."""
+    url = os.environ.get("ROOKWORLD_PG_URL")
+    if url:
+        yield url
+        return
+    script = Path(__file__).parents[1] / "scripts" / "start_postgres.sh"
+    start = subprocess.run(["bash", str(script)], capture_output=True, text=True)  # in /tmp
+    if start.returncode != 0:
+        pytest.skip(f"no PostgreSQL: {start.stderr.strip()[-200:]}")
+    stop = start.stderr.rsplit("stop it with: ", 1)[-1].strip()
+    try:
+        yield start.stdout.strip()
+    finally:
+        subprocess.run(stop, shell=True, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sweep_storage_password_never_leaks(postgres_url, tiny_overrides, tmp_path):
+    import optuna
+    head, tail = postgres_url.split("://", 1)
+    user, host = tail.split("@", 1)
+    url = f"{head}://{user.split(':')[0]}:s3cret@{host}"  # the server ignores the password
+    study = f"leak{os.getpid()}"
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-m", "rookworld.train", "-m", "hparams_search=grpo_stability",
+         *tiny_overrides, "steps=1", "batch_size=4", "hydra.sweeper.n_trials=1",
+         "hydra.sweeper.params=null", f"sweep.storage={url}",
+         f"hydra.sweeper.study_name={study}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    console = out.stdout + out.stderr
+    assert "Storage: " in console and "s3cret" not in console
+    assert ":REDACTED@127.0.0.1" in console  # the Storage: line, user and host kept
+    assert _files_holding(tmp_path / "sweep", ["s3cret"]) == []
+    trials = optuna.load_study(study_name=study, storage=url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"]
