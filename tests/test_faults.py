@@ -170,6 +170,17 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     assert_same_run(whole, broken)
 
 
+def test_resume_reads_the_runs_own_config_even_if_hydra_overwrote_it(tiny_overrides, tmp_path):
+    """`resume=X hydra.run.dir=X` makes Hydra rewrite X/.hydra/config.yaml with the
+    resuming command's config; run_config.yaml keeps the run's own."""
+    cfg = compose(tiny_overrides + ["steps=1", "optim.lr=0.003", "dry_run=true"])
+    run(cfg, tmp_path)
+    _save_run_config(compose(["model=tiny_random", "steps=1"]), tmp_path)  # the overwrite
+    resumed, _ = resolve_resume(compose(["model=tiny_random", "steps=2", f"resume={tmp_path}"]))
+    assert resumed.optim.lr == 0.003 and resumed.model.n_embd == 32 and resumed.steps == 2
+    assert resumed.data.train == cfg.data.train and resumed.resume == str(tmp_path.resolve())
+
+
 # ------------------------------------------------------------ SIGKILL, real CLI
 
 def _env():
