@@ -28,6 +28,9 @@ def test_every_option_composes_and_builds_before_the_model(group, option):
         from rookworld.config import instantiate
         reward = instantiate(cfg.reward)
         assert hasattr(reward, "at")
+        pool = getattr(reward, "pool", None)
+        if pool is not None:
+            pool.close()  # no Stockfish child left running at interpreter exit
 
 
 def test_every_yaml_key_is_commented():
