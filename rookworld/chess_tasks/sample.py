@@ -60,18 +60,39 @@ class Sample:
 
     @staticmethod
     def from_json(row: dict) -> Sample:
-        """Inverse of `to_json`; raises KeyError/TypeError/ValueError on a bad row."""
+        """Inverse of `to_json`; raises KeyError/TypeError/ValueError on a bad row,
+        including a field of the wrong type (a FEN that is a list, a move list of lists)."""
         task = row["task"]
         t = dict(row["truth"])
         if task == "P":
-            truth = PolicyTruth(fen=t["fen"], moves=tuple(t["moves"]),
-                                evals=tuple(float(e) for e in t["evals"]),
-                                best=t["best"], source=t.get("source", ""))
+            truth = PolicyTruth(fen=_str(t, "fen"), moves=_strs(t, "moves"),
+                                evals=tuple(float(e) for e in _seq(t, "evals")),
+                                best=_str(t, "best"), source=str(t.get("source", "")))
         elif task == "A":
-            truth = EnvTruth(fen=t["fen"], move=t["move"], history=tuple(t["history"]),
-                             new_fen=t["new_fen"], reward=str(t["reward"]),
-                             terminated=int(t["terminated"]), truncated=int(t["truncated"]))
+            truth = EnvTruth(fen=_str(t, "fen"), move=_str(t, "move"),
+                             history=_strs(t, "history"), new_fen=_str(t, "new_fen"),
+                             reward=str(t["reward"]), terminated=int(t["terminated"]),
+                             truncated=int(t["truncated"]))
         else:
             raise ValueError(f"unknown task {task!r}; expected 'P' or 'A'")
-        return Sample(task=task, prompt=row["prompt"], completion=row["completion"],
+        return Sample(task=task, prompt=_str(row, "prompt"), completion=_str(row, "completion"),
                       truth=truth, meta=dict(row.get("meta", {})))
+
+
+def _str(d: dict, key: str) -> str:
+    if not isinstance(d[key], str):
+        raise TypeError(f"{key}: expected a string, got {type(d[key]).__name__}")
+    return d[key]
+
+
+def _seq(d: dict, key: str) -> list:
+    if not isinstance(d[key], (list, tuple)):
+        raise TypeError(f"{key}: expected a list, got {type(d[key]).__name__}")
+    return d[key]
+
+
+def _strs(d: dict, key: str) -> tuple[str, ...]:
+    items = _seq(d, key)
+    if not all(isinstance(x, str) for x in items):
+        raise TypeError(f"{key}: expected a list of strings")
+    return tuple(items)

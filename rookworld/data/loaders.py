@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,10 @@ def read_lines(path: Path) -> list[str]:
     become U+FFFD so junk is reported, not raised."""
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+            raise ValueError(f"{path}: not a valid gzip file ({e})") from e
     return data.decode("utf-8", errors="replace").splitlines()
 
 
