@@ -309,8 +309,7 @@ def test_sweep_killed_mid_trial_then_rerun_resumes_the_study(tiny_overrides, tmp
     assert [t.number for t in after] == [0, 1, 2, 3]  # resumed: numbering goes on
     assert after[0].value == before[0].value and after[0].state.name == "COMPLETE"
     assert [t.state.name for t in after[2:]] == ["COMPLETE", "COMPLETE"]
-    killed = after[1]
-    if killed.state.name != "FAIL":
-        pytest.xfail("a trial whose process was killed stays RUNNING in the study: nothing "
-                     "marks it FAIL on the rerun (see the issue 10 report)")
-    assert killed.user_attrs.get("reason") or killed.system_attrs.get("fail_reason")
+    killed = after[1]  # marked FAIL by rookworld.sweeps.callbacks.FailStaleTrials
+    assert killed.state.name == "FAIL"
+    assert "without reporting" in killed.user_attrs["reason"]
+    assert killed.system_attrs["fail_reason"] == killed.user_attrs["reason"]
