@@ -27,6 +27,11 @@ from .forward import CompletionLogits, completion_logprobs
 from .lr import scale_lr
 from .sampling import Rollout, SamplingSettings, sample
 
+# policy-loss stats averaged over the num_iterations updates of a batch (with one update the
+# ratio is 1 by construction, so the first iteration alone would always show no clipping)
+RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_mean",
+               "policy/ratio_max")
+
 
 @dataclass
 class Batch:
@@ -293,7 +298,7 @@ class GRPOEngine:
         beta = self.kl.coef(step)
         n = b.rollout.completion_ids.shape[0]
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
-        agg = defaultdict(float)
+        agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         slices = self._micro_slices(n)
         for it in range(self.num_iterations):
@@ -305,9 +310,11 @@ class GRPOEngine:
                     loss, parts = self._loss(b, rows, beta)
                     (loss * (w * world)).backward()
                 total += float(loss.detach()) * w
-                if it == 0:
-                    for k, v in parts.items():
+                for k, v in parts.items():
+                    if it == 0:
                         agg[k] += float(v) * w
+                    elif k in RATIO_STATS:  # measured after the policy moved: not all 1
+                        later[k] += float(v) * w
             if self.dist:
                 total = self.dist.sum_floats({"total": total})["total"]
                 if it == 0:
@@ -319,6 +326,13 @@ class GRPOEngine:
                 skipped = 1
                 break
             self.optimizer.step()
+        done = it + 1  # iterations whose ratio stats were gathered
+        if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
+            if self.dist:
+                later = self.dist.sum_floats(dict(later))
+            for k in RATIO_STATS:
+                if k in agg:
+                    agg[k] = (agg[k] + later.get(k, 0.0)) / done
         self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
         release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]

@@ -63,3 +63,19 @@ def test_dropout_is_zero_in_every_model_config(engine_and_pools):
     engine = engine_and_pools[2]
     cfg = engine.model.config
     assert cfg.resid_pdrop == cfg.embd_pdrop == cfg.attn_pdrop == 0.0
+
+
+def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
+    """With num_iterations > 1 the ratio moves after the first update: the logged ratio and
+    clip fractions are the mean over the iterations (iteration 0 alone always reads 1 / 0)."""
+    from rookworld.data_io import read_samples
+
+    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "optim.lr=5e-2",
+                                    "algorithm.num_iterations=3"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    m = engine.update(engine.rollout(parts.task_mix.draw(pools, 4, 0, 0), 0), 0)
+    assert m["policy/ratio_max"] > 1.0 + 1e-3
+    assert m["policy/clip_frac_low"] + m["policy/clip_frac_high"] > 0
