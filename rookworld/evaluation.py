@@ -34,7 +34,12 @@ class Evaluator:
                          for t, s in settings.items()}
         self.batch_size = batch_size
 
-    def completions(self, policy, task: str) -> list[str]:
+    def __len__(self) -> int:
+        """Prompts decoded by one evaluation (all tasks): the progress bar's total."""
+        return sum(len(v) for v in self.samples.values())
+
+    def completions(self, policy, task: str, progress=None) -> list[str]:
+        """Greedy completions for `task`'s samples; progress(n) after each batch of n."""
         out = []
         items = self.samples.get(task, [])
         for i in range(0, len(items), self.batch_size):
@@ -42,14 +47,17 @@ class Evaluator:
             r = sample(policy.model, [policy.encode_prompt(s.prompt) for s in chunk],
                        self.settings[task], policy.eos_id)
             out += policy.decode_completions(r.completion_ids, r.completion_mask)
+            if progress is not None:
+                progress(len(chunk))
         return out
 
-    def __call__(self, policy, reward, keep_examples: int = 0) -> tuple[dict, list[dict]]:
+    def __call__(self, policy, reward, keep_examples: int = 0,
+                 progress=None) -> tuple[dict, list[dict]]:
         """-> (metrics, examples): examples are the first `keep_examples` per task as
-        dicts {task, prompt, completion, reference, reward}."""
+        dicts {task, prompt, completion, reference, reward}; progress as in completions."""
         metrics, examples, scores_all = {}, [], []
         for task, items in self.samples.items():
-            texts = self.completions(policy, task)
+            texts = self.completions(policy, task, progress)
             sums, scores = defaultdict(float), []
             for s, text in zip(items, texts):
                 for k, v in PARTS[task](s.truth, text).items():

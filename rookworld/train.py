@@ -18,6 +18,7 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from .checkpoint import (
     RUN_CONFIG,
@@ -102,7 +103,11 @@ def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> Non
 
 def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int) -> dict:
     t0 = time.perf_counter()
-    m, examples = evaluator(engine.policy, engine.reward.at(step), cfg.examples_to_log)
+    label = "start" if step < 0 else f"step {step}"
+    with tqdm(total=len(evaluator), desc=f"eval ({label})", unit="prompt",
+              leave=False, mininterval=2) as bar:
+        m, examples = evaluator(engine.policy, engine.reward.at(step), cfg.examples_to_log,
+                                progress=bar.update)
     m["time/eval_s"] = time.perf_counter() - t0
     _log(loggers, metrics_file, m, step)
     for lg in loggers:
@@ -215,8 +220,16 @@ def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, logge
         lg.finish(outcome, summary)
     if first and last:
         table = before_after_table(first, last)
-        atomic_write_text(run_dir / "eval_before_after.md", table + "\n")
-        print("\nHeld-out greedy evaluation, before and after training:\n" + table)
+        heading = "Held-out greedy evaluation, before and after training:"
+        if outcome.status != "success":
+            heading = (f"Held-out greedy evaluation: the run stopped ({outcome.status} at step "
+                       f"{outcome.step}); 'after' is the last evaluation before it stopped:")
+            if last is first:
+                heading = (f"Held-out greedy evaluation: the run stopped ({outcome.status} at "
+                           f"step {outcome.step}) before any evaluation after the start; "
+                           "'after' repeats the start:")
+        atomic_write_text(run_dir / "eval_before_after.md", f"{heading}\n\n{table}\n")
+        print(f"\n{heading}\n{table}")
     print(f"[rookworld] outcome={outcome.status} objective={objective:.4f} outputs in {run_dir}")
     return RunResult(outcome, run_dir, first, last, objective)
 
