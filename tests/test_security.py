@@ -281,6 +281,8 @@ def postgres_url(tmp_path):
     script = Path(__file__).parents[1] / "scripts" / "start_postgres.sh"
     start = subprocess.run(["bash", str(script)], capture_output=True, text=True)  # in /tmp
     if start.returncode != 0:
+        if os.environ.get("ROOKWORLD_REQUIRE_PG"):  # CI: never skip
+            pytest.fail(f"no PostgreSQL: {start.stderr.strip()[-200:]}")
         pytest.skip(f"no PostgreSQL: {start.stderr.strip()[-200:]}")
     stop = start.stderr.rsplit("stop it with: ", 1)[-1].strip()
     try:
