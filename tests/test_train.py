@@ -80,6 +80,16 @@ def test_run_in_process_writes_metrics_checkpoint_and_outcome(tiny_overrides, tm
     assert outcome["status"] == "success" and "eval/reward" in outcome["final_eval"]
 
 
+def test_run_stopped_by_the_kl_guard_says_so_above_its_eval_table(tiny_overrides, tmp_path):
+    over = [o for o in tiny_overrides if not o.startswith(("steps=", "eval_every="))]
+    result = run(compose(over + ["steps=3", "eval_every=0", "optim.lr=1e-2",
+                                 "guard.kl.threshold=1e-9", "guard.kl.window=1"]), tmp_path)
+    assert result.outcome.status == "kl_failure"
+    table = (tmp_path / "eval_before_after.md").read_text()
+    assert f"the run stopped (kl_failure at step {result.outcome.step})" in table
+    assert "before any evaluation after the start" in table  # eval_every=0: only the start
+
+
 def _cli(args, cwd, timeout=300):
     env = dict(os.environ, HYDRA_FULL_ERROR="1")
     return subprocess.run([sys.executable, "-m", "rookworld.train", *args], cwd=cwd, env=env,
