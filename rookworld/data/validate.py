@@ -36,7 +36,7 @@ FIXABLE = {"fen_not_canonical", "best_not_argmax", "a_completion_wrong", "text_m
 def _board(fen: str) -> tuple[chess.Board | None, list[str]]:
     try:
         board = chess.Board(fen)
-    except (ValueError, TypeError, AttributeError):  # AttributeError: a FEN that is no str
+    except (ValueError, TypeError):
         return None, ["bad_fen"]
     return board, ([] if board.fen() == fen else ["fen_not_canonical"])
 
@@ -82,7 +82,7 @@ def check_env(fen: str, move: str, history, completion: str) -> list[str]:
 def _legal(board: chess.Board, uci: str) -> bool:
     try:
         return board.is_legal(chess.Move.from_uci(uci))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError):
         return False
 
 

@@ -38,9 +38,10 @@ def fail_stale_trials(url: str, study_name: str) -> list[int]:
     try:
         for t in storage.get_all_trials(study_id, deepcopy=False,
                                         states=(optuna.trial.TrialState.RUNNING,)):
-            storage.set_trial_system_attr(t._trial_id, "fail_reason", STALE_REASON)
-            storage.set_trial_user_attr(t._trial_id, "reason", STALE_REASON)
-            if storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            storage.set_trial_system_attr(trial_id, "fail_reason", STALE_REASON)
+            storage.set_trial_user_attr(trial_id, "reason", STALE_REASON)
+            if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
                 failed.append(t.number)
     finally:
         storage.engine.dispose()
