@@ -14,17 +14,21 @@ and completion are of similar length. GELU is the fused tanh form, as GPT-2's
 `gelu_new`. Log-probs are taken in row chunks sized by the vocabulary, so an
 [N, T, V] log-softmax is never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN (`linear`), 1.2-3x faster than
-MKL's sgemm on the AMD EPYC the benchmarks ran on; decoding uses weights packed
-once per rollout (`pack_weights`). torch.compile was measured and left out: on
-this CPU the compiled training pass ran no faster than eager MKL (0.86 s vs
-0.87 s CPU for a 4-layer step, 63 s to compile) and 15% slower than eager oneDNN,
-and inductor cannot lower oneDNN's linear over weights that train
-(benchmarks/README.md).
+On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`): oneDNN
+was 1.2-3x faster than MKL's sgemm on an AMD EPYC, MKL matched or beat it on an
+Intel Xeon, most at the 32-row products of decoding; decoding uses oneDNN weights
+packed once per rollout (`pack_weights`). torch.compile was measured and left out: on
+the EPYC the compiled training pass ran no faster than eager MKL (0.86 s vs 0.87 s CPU
+for a 4-layer step, 63 s to compile) and 15% slower than eager oneDNN, and inductor
+cannot lower oneDNN's linear over weights that train. Also measured on the Xeon and
+left out (no gain, benchmarks/README.md): an attention that meets each prompt's keys
+once per group instead of gathering them per row, and recomputing the GELU in backward
+instead of keeping its output.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -56,6 +60,39 @@ def check_gpt2(model) -> None:
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _cpu_matmul() -> str:
+    """Which library takes the float32 CPU matrix products, from ROOKWORLD_CPU_MATMUL:
+    onednn: oneDNN for every product (1.2-3x MKL's sgemm on the AMD EPYC measured);
+    blas: MKL for the products of training and of decoding (it matched or beat oneDNN at
+    every shape measured on an Intel Xeon, 1.1-1.7x at decoding's 32 rows), oneDNN for
+    no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference pass, ~6% faster
+    there); auto (the default): blas on Intel, onednn elsewhere. Either way a linear
+    followed by GELU without gradients goes through oneDNN with the GELU fused."""
+    choice = os.environ.get("ROOKWORLD_CPU_MATMUL", "auto").lower()
+    if choice not in ("auto", "onednn", "blas"):
+        raise ValueError(f"ROOKWORLD_CPU_MATMUL must be auto, onednn or blas, got {choice!r}")
+    if not ONEDNN:
+        return "blas"
+    if choice == "auto":
+        return "blas" if _cpu_vendor() == "GenuineIntel" else "onednn"
+    return choice
+
+
+CPU_MATMUL = _cpu_matmul()
+BLAS_DNN_MIN_ROWS = 64
+
+
 def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> Tensor:
     """oneDNN x @ w_out_in^T + b (optionally with tanh GELU fused), any leading dims."""
     return torch.ops.mkldnn._linear_pointwise(x, w_out_in, b, "gelu" if gelu else "none", [],
@@ -85,36 +122,46 @@ Packed = dict[int, Tensor]  # id(weight) -> oneDNN-packed copy (see pack_weights
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
            packed: Packed | None = None) -> Tensor:
-    """x [M,K] @ w [K,N] + b, then tanh GELU when gelu. On CPU in float32 through oneDNN
-    (1.2-3x MKL's sgemm on the AMD EPYC this project is measured on, most at the small
-    row counts of decoding; see benchmarks/README.md), elsewhere torch.addmm. packed:
-    no-grad only, a oneDNN-packed copy of w from pack_weights (faster at small M)."""
+    """x [M,K] @ w [K,N] + b, then tanh GELU when gelu. Float32 on CPU: through the library
+    CPU_MATMUL picks, and through oneDNN with the GELU fused when no gradient is needed;
+    elsewhere torch.addmm. packed: no-grad only, oneDNN-packed copies of weights from
+    pack_weights (faster at small M)."""
     if packed is not None and id(w) in packed:
         return _dnn(x, packed[id(w)], b, gelu)
     if not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
         y = x @ w if b is None else torch.addmm(b, x, w)
         return F.gelu(y, approximate="tanh") if gelu else y
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        y = _OneDNNLinear.apply(x, w, b)
+        if CPU_MATMUL == "onednn":
+            y = _OneDNNLinear.apply(x, w, b)
+        else:
+            y = x @ w if b is None else torch.addmm(b, x, w)
         return F.gelu(y, approximate="tanh") if gelu else y
-    return _dnn(x, w.t(), b, gelu)
+    if gelu or CPU_MATMUL == "onednn" or x.shape[0] >= BLAS_DNN_MIN_ROWS:
+        return _dnn(x, w.t(), b, gelu)
+    return x @ w if b is None else torch.addmm(b, x, w)
 
 
 def pack_weights(model, rows: int) -> Packed | None:
-    """oneDNN-packed copies of every block matrix and of the output matrix, for no-grad
-    forwards of about `rows` rows (decoding); None off CPU. Pack again after the
-    weights change (the copies do not follow them)."""
+    """oneDNN-packed copies of the block matrices that go through oneDNN (all of them and
+    the output matrix when CPU_MATMUL is onednn, the GELU ones when blas) for no-grad
+    forwards of about `rows` rows (decoding); None off CPU. Pack again after the weights
+    change (the copies do not follow them)."""
     w0 = model.transformer.wte.weight
     if not (ONEDNN and w0.device.type == "cpu" and w0.dtype == torch.float32):
         return None
+    every = CPU_MATMUL == "onednn"
     with torch.no_grad():
         out = {}
         for blk in model.transformer.h:
-            for lin in (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj):
+            lins = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj) if every \
+                else (blk.mlp.c_fc,)
+            for lin in lins:
                 out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(
                     lin.weight.t().contiguous(), rows)
-        out[id(model.lm_head.weight)] = torch.ops.mkldnn._reorder_linear_weight(
-            model.lm_head.weight.contiguous(), rows)
+        if every:
+            out[id(model.lm_head.weight)] = torch.ops.mkldnn._reorder_linear_weight(
+                model.lm_head.weight.contiguous(), rows)
     return out
 
 

@@ -4,6 +4,7 @@ logits, gradients, chunked log-probs; the sampler's grouped cache equals one row
 import pytest
 import torch
 
+from rookworld import forward
 from rookworld.forward import (
     CompletionLogits,
     completion_logits,
@@ -18,6 +19,31 @@ from rookworld.sampling import SamplingSettings, group_order, left_pad, sample
 @pytest.fixture(scope="module")
 def policy():
     return build_random(n_layer=2, n_embd=64, n_head=4, n_positions=128, seed=3)
+
+
+@pytest.fixture(params=["onednn", "blas"], autouse=True)
+def cpu_matmul(request, monkeypatch):
+    """Every test here runs with each CPU matrix library (`forward.CPU_MATMUL`)."""
+    if request.param == "onednn" and not forward.ONEDNN:
+        pytest.skip("torch built without oneDNN")
+    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
+    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
+    return request.param
+
+
+@pytest.mark.parametrize("value, vendor, want", [
+    ("auto", "GenuineIntel", "blas"), ("auto", "AuthenticAMD", "onednn"), ("auto", "", "onednn"),
+    ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn")])
+def test_cpu_matmul_choice(monkeypatch, value, vendor, want):
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", value)
+    monkeypatch.setattr(forward, "_cpu_vendor", lambda: vendor)
+    assert forward._cpu_matmul() == (want if forward.ONEDNN else "blas")
+
+
+def test_cpu_matmul_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "mkl")
+    with pytest.raises(ValueError, match="ROOKWORLD_CPU_MATMUL must be auto, onednn or blas"):
+        forward._cpu_matmul()
 
 
 def batch(policy, texts, g, t=9, seed=0):
