@@ -75,7 +75,8 @@ def overrides(a) -> list[str]:
             f"sampler.max_new_tokens={a.tokens}", f"sampler.min_new_tokens={a.tokens}",
             f"sampler.per_task.A.max_new_tokens={a.tokens}", "sampler.temperature=1.0",
             "kl=fixed", f"kl.beta={a.beta}", f"optim.lr={a.lr}", "optim.grad_clip=1.0",
-            f"micro_batch={a.micro_batch}", "reward=graduated"]
+            f"micro_batch={a.micro_batch}", "reward=graduated",
+            f"release_memory={str(a.release_memory).lower()}"]
 
 
 def prompt_draws(a):
@@ -220,6 +221,7 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
         "completion_tokens_per_s": round(statistics.median(r["tokens"] for r in rows) / step, 1),
         "peak_rss_mb": round(max(final_rss, *(r["rss_mb"] for r in rows)), 1),
         "phases": {k: round(statistics.median(r[k] for r in rows), 4) for k in PHASES},
+        "phase_s": {k: [round(r[k], 3) for r in rows] for k in PHASES if k != "score_s"},
         "flop_bound_s": round(flop_bound_s, 4), "flop_efficiency": round(flop_bound_s / step, 3),
         "calibration_gflops": cal,
     }
@@ -238,6 +240,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-positions", type=int, default=384)
     p.add_argument("--micro-batch", type=int, default=0, help="rookworld micro_batch")
+    p.add_argument("--release-memory", action="store_true",
+                   help="rookworld release_memory=true (trim the heap between phases)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")

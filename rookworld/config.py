@@ -60,7 +60,7 @@ _INT_RULES = {  # key: (minimum, why)
     "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
     "sweep.replicas": (1, "an integer >= 1"),
 }
-_BOOL_KEYS = ("dry_run", "reference.enabled")
+_BOOL_KEYS = ("dry_run", "reference.enabled", "release_memory")
 
 
 def _get(cfg: DictConfig, key: str):

@@ -91,7 +91,8 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
         micro_batch=cfg.micro_batch, use_reference=cfg.reference.enabled,
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
-        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist)
+        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
+        release_memory=cfg.release_memory)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:

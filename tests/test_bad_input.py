@@ -39,6 +39,7 @@ CONFIG_CASES = [
     (["prompts_per_step=0"], "prompts_per_step"),
     (["seed=-1"], "seed"),
     (["micro_batch=-2"], "micro_batch"),
+    (["release_memory=3"], "release_memory"),
     (["eval_every=-1"], "eval_every"),
     (["reference.sync_alpha=0"], "reference.sync_alpha"),
     (["reference.sync_every=-1"], "reference.sync_every"),

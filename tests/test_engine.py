@@ -79,3 +79,30 @@ def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
     m = engine.update(engine.rollout(parts.task_mix.draw(pools, 4, 0, 0), 0), 0)
     assert m["policy/ratio_max"] > 1.0 + 1e-3
     assert m["policy/clip_frac_low"] + m["policy/clip_frac_high"] > 0
+
+
+def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
+    """release_memory=true trims the heap after each rollout and update (glibc) and
+    nothing else: the same seed gives the same samples and metrics."""
+    from rookworld import engine as engine_mod
+    from rookworld.data_io import read_samples
+
+    calls = []
+    monkeypatch.setattr(engine_mod, "release_freed_memory", lambda: calls.append(1))
+    runs = []
+    for release in (False, True):
+        cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed",
+                                        f"release_memory={str(release).lower()}"])
+        parts = build_parts(cfg)
+        torch.manual_seed(cfg.seed)
+        engine = build_engine(cfg, parts, LengthReward())
+        train = read_samples(cfg.data.train)
+        pools = {t: [s for s in train if s.task == t] for t in "PA"}
+        out = []
+        for step in range(2):
+            batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
+            m = engine.update(batch, step)
+            out.append((batch.rollout.completion_ids.tolist(), m["loss/total"], m["kl/k3"]))
+        runs.append(out)
+        assert len(calls) == (4 if release else 0)
+    assert runs[0] == runs[1]
