@@ -15,8 +15,9 @@ and completion are of similar length. GELU is the fused tanh form, as GPT-2's
 [N, T, V] log-softmax is never materialised for the whole batch at once.
 
 On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`): oneDNN
-was 1.2-3x faster than MKL's sgemm on an AMD EPYC, MKL matched or beat it on an
-Intel Xeon, most at the 32-row products of decoding; decoding uses oneDNN weights
+was 1.2-3x faster than MKL's sgemm on an AMD EPYC; on an Intel Xeon MKL beat packed
+oneDNN at the 32-row products of decoding and was within 10% either way at 256-2048
+rows; decoding uses oneDNN weights
 packed once per rollout (`pack_weights`). torch.compile was measured and left out: on
 the EPYC the compiled training pass ran no faster than eager MKL (0.86 s vs 0.87 s CPU
 for a 4-layer step, 63 s to compile) and 15% slower than eager oneDNN, and inductor
@@ -74,8 +75,8 @@ def _cpu_vendor() -> str:
 def _cpu_matmul() -> str:
     """Which library takes the float32 CPU matrix products, from ROOKWORLD_CPU_MATMUL:
     onednn: oneDNN for every product (1.2-3x MKL's sgemm on the AMD EPYC measured);
-    blas: MKL for the products of training and of decoding (it matched or beat oneDNN at
-    every shape measured on an Intel Xeon, 1.1-1.7x at decoding's 32 rows), oneDNN for
+    blas: MKL for the products of training and of decoding (on an Intel Xeon 1.0-1.7x
+    packed oneDNN at decoding's 32 rows, within 10% either way at 256-2048 rows), oneDNN for
     no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference pass, ~6% faster
     there); auto (the default): blas on Intel, onednn elsewhere. Either way a linear
     followed by GELU without gradients goes through oneDNN with the GELU fused."""
@@ -120,6 +121,10 @@ class _OneDNNLinear(torch.autograd.Function):
 Packed = dict[int, Tensor]  # id(weight) -> oneDNN-packed copy (see pack_weights)
 
 
+def _blas(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return x @ w if b is None else torch.addmm(b, x, w)
+
+
 def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
            packed: Packed | None = None) -> Tensor:
     """x [M,K] @ w [K,N] + b, then tanh GELU when gelu. Float32 on CPU: through the library
@@ -128,18 +133,15 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
     pack_weights (faster at small M)."""
     if packed is not None and id(w) in packed:
         return _dnn(x, packed[id(w)], b, gelu)
-    if not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
-        y = x @ w if b is None else torch.addmm(b, x, w)
-        return F.gelu(y, approximate="tanh") if gelu else y
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        if CPU_MATMUL == "onednn":
-            y = _OneDNNLinear.apply(x, w, b)
-        else:
-            y = x @ w if b is None else torch.addmm(b, x, w)
-        return F.gelu(y, approximate="tanh") if gelu else y
-    if gelu or CPU_MATMUL == "onednn" or x.shape[0] >= BLAS_DNN_MIN_ROWS:
-        return _dnn(x, w.t(), b, gelu)
-    return x @ w if b is None else torch.addmm(b, x, w)
+    cpu32 = ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32
+    if cpu32 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+        if gelu or CPU_MATMUL == "onednn" or x.shape[0] >= BLAS_DNN_MIN_ROWS:
+            return _dnn(x, w.t(), b, gelu)
+    if cpu32 and CPU_MATMUL == "onednn":  # with gradients
+        y = _OneDNNLinear.apply(x, w, b)
+    else:
+        y = _blas(x, w, b)
+    return F.gelu(y, approximate="tanh") if gelu else y
 
 
 def pack_weights(model, rows: int) -> Packed | None:
