@@ -116,7 +116,7 @@ def rookworld_worker(a, conn) -> None:
         m = batch.metrics | engine.update(batch, step)
         out = {"step_s": time.perf_counter() - t0, "tokens": m["sample/tokens"],
                "prompt_tokens": float(batch.rollout.prompt_mask.sum()),
-               **{k: m[f"time/{k}"] for k in PHASES}}
+               "micro_batches": m["optim/micro_batches"], **{k: m[f"time/{k}"] for k in PHASES}}
         out["rss_mb"] = peak_memory_mb()
         conn.send(out)
         step += 1
@@ -224,7 +224,8 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
         "phase_s": {k: [round(r[k], 3) for r in rows] for k in PHASES if k != "score_s"},
         "flop_bound_s": round(flop_bound_s, 4), "flop_efficiency": round(flop_bound_s / step, 3),
         "calibration_gflops": cal,
-    }
+    } | ({"micro_batch": a.micro_batch, "micro_batches": rows[0]["micro_batches"]}
+         if "micro_batches" in rows[0] else {})
 
 
 def main() -> None:
@@ -239,7 +240,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="measured steps per implementation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-positions", type=int, default=384)
-    p.add_argument("--micro-batch", type=int, default=0, help="rookworld micro_batch")
+    p.add_argument("--micro-batch", default="auto",
+                   help="rookworld micro_batch: auto (the training default), 0 = the whole batch, N rows")
     p.add_argument("--release-memory", action="store_true",
                    help="rookworld release_memory=true (trim the heap between phases)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")

@@ -52,7 +52,7 @@ _INT_RULES = {  # key: (minimum, why)
     "steps": (1, "an integer >= 1"),
     "prompts_per_step": (1, "an integer >= 1"),
     "num_generations": (2, "an integer >= 2 (a group of one has no advantage)"),
-    "micro_batch": (0, "an integer >= 0 (0 = whole batch)"),
+    "micro_batch_tokens": (1, "an integer >= 1"),
     "eval_every": (0, "an integer >= 0"),
     "checkpoint_every": (0, "an integer >= 0"),
     "examples_to_log": (0, "an integer >= 0"),
@@ -74,6 +74,10 @@ def validate(cfg: DictConfig) -> None:
         v = _get(cfg, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ConfigError(f"{key} must be {rule}, got {v!r}")
+    mb = cfg.micro_batch
+    if mb != "auto" and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 0):
+        raise ConfigError(f"micro_batch must be auto or an integer >= 0 (0 = whole batch), "
+                          f"got {mb!r}")
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from . import grpo
 from .chess_tasks import Sample
 from .distributed import DistContext
-from .forward import CompletionLogits, completion_logprobs
+from .forward import CompletionLogits, completion_logprobs, logprob_chunk_rows
 from .lr import scale_lr
 from .sampling import Rollout, SamplingSettings, sample
 
@@ -96,6 +96,30 @@ def release_freed_memory() -> None:
 _TRIM = None
 
 
+def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: int,
+                     vocab: int, tokens: int) -> int:
+    """Rows per forward/backward chunk for micro_batch=auto: the training forward keeps
+    every layer's activations for the backward, so its memory grows with the tokens of
+    a chunk, and the update's peak (and the process's) with the chunk, not the batch.
+
+    A group (G rows sharing one prompt, which runs once) counts G x completion_width +
+    prompt_width tokens; a chunk holds as many whole groups as fit in `tokens` (at least
+    one), or, when one group is over the budget, as many rows of (prompt + completion)
+    tokens as fit (at least one). Then at most logprob_chunk_rows(completion_width, vocab)
+    rows, so no chunk's [rows, T, V] logits pass 64 MiB (a full GPT-2 vocabulary gives a
+    few rows), and the chunks are evened out: 32 rows in chunks of 24 become 16 + 16."""
+    per_group = group * completion_width + prompt_width
+    if per_group <= tokens:
+        rows = group * (tokens // per_group)
+    else:
+        rows = max(1, tokens // (completion_width + prompt_width))
+    rows = min(rows, logprob_chunk_rows(completion_width, vocab), n)
+    chunks = -(-n // rows)
+    if rows % group == 0 and n % group == 0:
+        return group * -(-(n // group) // chunks)
+    return -(-n // chunks)
+
+
 def peak_memory_mb() -> float:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
@@ -108,8 +132,10 @@ class GRPOEngine:
     kl: a `kl.*` schedule; optim: `lr.AdamWSpec`; sampling: per-task settings;
     kl_estimator: k1|k2|k3|full, the estimator inside the loss; entropy_coef:
     bonus weight (entropy is measured and logged either way); zero_variance: keep
-    or drop groups whose rewards are all equal; micro_batch: rows per forward
-    (0 = all); use_reference: keep a frozen reference (needed by KL schedules with
+    or drop groups whose rewards are all equal; micro_batch: rows per forward/backward
+    chunk of the update and the reference pass (0 = all at once; "auto": the update's
+    chunks sized each step by `micro_batch_rows` from micro_batch_tokens, the reference
+    pass whole); use_reference: keep a frozen reference (needed by KL schedules with
     beta > 0 and by the KL guard); ref_sync_every/ref_sync_alpha: periodic
     ref <- alpha*policy + (1-alpha)*ref (0 = never); nan_lr_backoff: factor on the
     learning rate after an update skipped for non-finite loss or gradients;
@@ -121,7 +147,8 @@ class GRPOEngine:
     def __init__(self, policy, reward, advantage, loss, kl, optim,
                  sampling: dict[str, SamplingSettings], num_generations: int, total_steps: int,
                  num_iterations: int = 1, kl_estimator: str = "k3", entropy_coef: float = 0.0,
-                 zero_variance: str = "keep", micro_batch: int = 0, use_reference: bool = True,
+                 zero_variance: str = "keep", micro_batch: int | str = "auto",
+                 micro_batch_tokens: int = 1024, use_reference: bool = True,
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False):
@@ -129,8 +156,13 @@ class GRPOEngine:
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
         self.num_iterations, self.kl_estimator = num_iterations, kl_estimator
-        self.entropy_coef, self.zero_variance, self.micro_batch = (
-            entropy_coef, zero_variance, micro_batch)
+        self.entropy_coef, self.zero_variance = entropy_coef, zero_variance
+        if not (micro_batch == "auto" or (isinstance(micro_batch, int) and micro_batch >= 0)):
+            raise ValueError(f"micro_batch must be auto or an integer >= 0, got {micro_batch!r}")
+        if not (isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1):
+            raise ValueError(f"micro_batch_tokens must be an integer >= 1, got "
+                             f"{micro_batch_tokens!r}")
+        self.micro_batch, self.micro_batch_tokens = micro_batch, micro_batch_tokens
         self.ref_sync_every, self.ref_sync_alpha = ref_sync_every, ref_sync_alpha
         self.dist = dist
         self.release_memory = release_memory
@@ -226,9 +258,20 @@ class GRPOEngine:
                   "sample/tokens": m["sample/tokens"] * self.dist.world})
         return m
 
+    def _chunk_rows(self, r: Rollout) -> int:
+        """Rows per forward/backward chunk for this rollout (see micro_batch)."""
+        n = r.completion_ids.shape[0]
+        if self.micro_batch != "auto":
+            return n if self.micro_batch <= 0 else min(self.micro_batch, n)
+        return micro_batch_rows(n, self.G, r.prompt_ids.shape[1], r.completion_ids.shape[1],
+                                self.model.config.vocab_size, self.micro_batch_tokens)
+
     def _ref_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
+        # without gradients a forward holds one layer's activations at a time and the
+        # log-softmax is chunked by vocabulary anyway: auto runs the whole batch at once
+        rows = 0 if self.micro_batch == "auto" else self.micro_batch
         return completion_logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                                   temps, self.micro_batch) * r.completion_mask
+                                   temps, rows) * r.completion_mask
 
     def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
         m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
@@ -261,8 +304,8 @@ class GRPOEngine:
         logits = self.logits_fn(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows])
         return logits / b.temperature[rows, None, None]
 
-    def _micro_slices(self, n: int) -> list[slice]:
-        size = n if self.micro_batch <= 0 else self.micro_batch
+    def _micro_slices(self, r: Rollout) -> list[slice]:
+        n, size = r.completion_ids.shape[0], self._chunk_rows(r)
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
     def _loss(self, b: Batch, rows: slice, beta: float):
@@ -306,7 +349,7 @@ class GRPOEngine:
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
-        slices = self._micro_slices(n)
+        slices = self._micro_slices(b.rollout)
         for it in range(self.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
@@ -351,7 +394,8 @@ class GRPOEngine:
         self._maybe_sync_reference(step)
         m = dict(agg)
         m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
-                  "optim/lr": lr, "guard/nan_skipped": skipped,
+                  "optim/lr": lr, "optim/micro_batches": len(slices),
+                  "guard/nan_skipped": skipped,
                   "time/update_s": time.perf_counter() - t0})
         if "loss/kl" in m:
             m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),

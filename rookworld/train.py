@@ -89,7 +89,8 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         kl=p.kl, optim=p.optim, sampling=p.sampling, num_generations=cfg.num_generations,
         total_steps=cfg.steps, num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
-        micro_batch=cfg.micro_batch, use_reference=cfg.reference.enabled,
+        micro_batch=cfg.micro_batch,
+        micro_batch_tokens=cfg.micro_batch_tokens, use_reference=cfg.reference.enabled,
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
         seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
         release_memory=cfg.release_memory)

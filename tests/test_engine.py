@@ -106,3 +106,71 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
         runs.append(out)
         assert len(calls) == (4 if release else 0)
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("args, rows", [
+    # n, G, prompt width, completion width, vocab, token budget
+    ((32, 8, 59, 64, 96, 1024), 8),      # one group (8 x 64 + 59 = 571 tokens) per chunk
+    ((32, 8, 59, 64, 96, 2048), 16),     # three groups fit; 24 + 8 evened out to 16 + 16
+    ((32, 8, 59, 64, 96, 10 ** 6), 32),  # everything fits: the whole batch
+    ((64, 8, 59, 144, 96, 1024), 5),     # one group is over budget: rows of 203 tokens
+    ((64, 8, 59, 144, 96, 100), 1),      # not even one row fits: one row
+    ((16, 8, 59, 160, 50257, 10 ** 6), 2),  # full GPT-2 vocabulary: logits cap at 64 MiB
+    ((12, 4, 10, 10, 96, 100), 8),       # three groups of 50 tokens, two per chunk: 8 + 4
+    ((40, 8, 59, 64, 96, 2048), 24),     # five groups, three per chunk: 24 + 16
+])
+def test_micro_batch_rows(args, rows):
+    from rookworld.engine import micro_batch_rows
+    assert micro_batch_rows(*args) == rows
+
+
+def test_micro_batch_rows_keeps_every_chunk_within_its_budgets():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from rookworld.engine import micro_batch_rows
+
+    @given(st.integers(1, 16), st.integers(1, 12), st.integers(1, 200), st.integers(1, 200),
+           st.integers(2, 60000), st.integers(1, 5000))
+    def check(groups, g, p, t, v, tokens):
+        n = groups * g
+        rows = micro_batch_rows(n, g, p, t, v, tokens)
+        assert 1 <= rows <= n
+        # a chunk runs each of its distinct prompts once and every row's completion
+        chunk_tokens = rows * t + p * -(-rows // g)
+        assert chunk_tokens <= tokens or rows == 1
+        assert rows * t * v <= 1 << 24 or rows == 1
+        if (g * t + p) * groups <= tokens and n * t * v <= 1 << 24:
+            assert rows == n  # everything fits: one chunk
+
+    check()
+
+
+def test_auto_micro_batch_changes_memory_not_results(tiny_overrides):
+    """micro_batch=auto chunks the update and the reference pass by whole groups: the same
+    samples, losses and gradient norm as the whole batch at once, to float32 rounding."""
+    from rookworld.data_io import read_samples
+
+    runs = []
+    for micro in ("0", "auto"):
+        cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed",
+                                        f"micro_batch={micro}", "micro_batch_tokens=64"])
+        parts = build_parts(cfg)
+        torch.manual_seed(cfg.seed)
+        engine = build_engine(cfg, parts, LengthReward())
+        train = read_samples(cfg.data.train)
+        pools = {t: [s for s in train if s.task == t] for t in "PA"}
+        out = []
+        for step in range(2):
+            batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
+            m = engine.update(batch, step)
+            out.append((batch.rollout.completion_ids.tolist(), batch.ref_logprobs,
+                        m["loss/total"], m["kl/k3"], m["optim/grad_norm"],
+                        m["optim/micro_batches"]))
+        runs.append(out)
+    for whole, auto in zip(*runs):
+        assert whole[0] == auto[0]
+        assert torch.allclose(whole[1], auto[1], atol=1e-5)
+        for a, b in zip(whole[2:5], auto[2:5]):
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+        assert whole[5] == 1 and auto[5] > 1
