@@ -14,11 +14,13 @@ and completion are of similar length. GELU is the fused tanh form, as GPT-2's
 `gelu_new`. Log-probs are taken in row chunks sized by the vocabulary, so an
 [N, T, V] log-softmax is never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`): oneDNN
-was 1.2-3x faster than MKL's sgemm on an AMD EPYC; on an Intel Xeon MKL beat packed
-oneDNN at the 32-row products of decoding and was within 10% either way at 256-2048
-rows; decoding uses oneDNN weights
-packed once per rollout (`pack_weights`). torch.compile was measured and left out: on
+On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`), which
+is fastest depends on the machine, not only its vendor: on one AMD EPYC oneDNN was 1.2-3x
+faster than MKL's sgemm; on an Intel Xeon MKL beat packed oneDNN at the 32-row products of
+decoding and was within 10% either way at 256-2048 rows; on an older AVX2 EPYC (Zen 1)
+MKL ran 64-80 GFLOP/s where oneDNN over GPT-2's transposed Conv1D weight ran 35-50 at
+768 wide (equal at 256), so non-Intel machines measure the two once (`_measured_choice`).
+Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was measured and left out: on
 the EPYC the compiled training pass ran no faster than eager MKL (0.86 s vs 0.87 s CPU
 for a 4-layer step, 63 s to compile) and 15% slower than eager oneDNN, and inductor
 cannot lower oneDNN's linear over weights that train. Also measured on the Xeon and
@@ -61,6 +63,12 @@ def check_gpt2(model) -> None:
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> Tensor:
+    """oneDNN x @ w_out_in^T + b (optionally with tanh GELU fused), any leading dims."""
+    return torch.ops.mkldnn._linear_pointwise(x, w_out_in, b, "gelu" if gelu else "none", [],
+                                              "tanh" if gelu else "")
+
+
 def _cpu_vendor() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -74,30 +82,52 @@ def _cpu_vendor() -> str:
 
 def _cpu_matmul() -> str:
     """Which library takes the float32 CPU matrix products, from ROOKWORLD_CPU_MATMUL:
-    onednn: oneDNN for every product (1.2-3x MKL's sgemm on the AMD EPYC measured);
+    onednn: oneDNN for every product (1.2-3x MKL's sgemm on the first AMD EPYC measured);
     blas: MKL for the products of training and of decoding (on an Intel Xeon 1.0-1.7x
     packed oneDNN at decoding's 32 rows, within 10% either way at 256-2048 rows), oneDNN for
     no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference pass, ~6% faster
-    there); auto (the default): blas on Intel, onednn elsewhere. Either way a linear
-    followed by GELU without gradients goes through oneDNN with the GELU fused."""
+    there); mkl: MKL for every product but decoding's, which use oneDNN-packed copies of
+    every block matrix (an AVX2 EPYC: MKL ~2x oneDNN over the transposed weight at 768
+    wide, packed oneDNN faster at decoding's rows). Either way a linear followed by GELU
+    without gradients goes through oneDNN with the GELU fused, except under mkl.
+    auto (the default): blas on Intel; elsewhere mkl or onednn as `_measured_choice` finds."""
     choice = os.environ.get("ROOKWORLD_CPU_MATMUL", "auto").lower()
-    if choice not in ("auto", "onednn", "blas"):
-        raise ValueError(f"ROOKWORLD_CPU_MATMUL must be auto, onednn or blas, got {choice!r}")
+    if choice not in ("auto", "onednn", "blas", "mkl"):
+        raise ValueError(f"ROOKWORLD_CPU_MATMUL must be auto, onednn, blas or mkl, got {choice!r}")
     if not ONEDNN:
         return "blas"
     if choice == "auto":
-        return "blas" if _cpu_vendor() == "GenuineIntel" else "onednn"
+        return "blas" if _cpu_vendor() == "GenuineIntel" else _measured_choice()
     return choice
+
+
+def _measured_choice(rows: int = 512, width: int = 768, margin: float = 1.15) -> str:
+    """mkl when MKL runs a [rows, width] x [width, 3 width] product (GPT-2's attention input
+    matrix, in its Conv1D layout) at least `margin` times as fast as oneDNN does, else
+    onednn. About 0.3 s, once per process; the margin keeps the choice from flipping between
+    runs on machines where the two are close (the results differ only in float rounding;
+    set ROOKWORLD_CPU_MATMUL to pin it)."""
+    import time
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, width, generator=gen)
+    w = torch.randn(width, 3 * width, generator=gen)
+    b = torch.zeros(3 * width)
+    best = {"mkl": float("inf"), "onednn": float("inf")}
+    fns = {"mkl": lambda: torch.addmm(b, x, w), "onednn": lambda: _dnn(x, w.t(), b)}
+    with torch.no_grad():
+        for name in fns:
+            fns[name]()  # warm-up (oneDNN builds its primitive)
+        for _ in range(3):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+    return "mkl" if best["onednn"] >= margin * best["mkl"] else "onednn"
 
 
 CPU_MATMUL = _cpu_matmul()
 BLAS_DNN_MIN_ROWS = 64
-
-
-def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> Tensor:
-    """oneDNN x @ w_out_in^T + b (optionally with tanh GELU fused), any leading dims."""
-    return torch.ops.mkldnn._linear_pointwise(x, w_out_in, b, "gelu" if gelu else "none", [],
-                                              "tanh" if gelu else "")
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -128,13 +158,15 @@ def _blas(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
 def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
            packed: Packed | None = None) -> Tensor:
     """x [M,K] @ w [K,N] + b, then tanh GELU when gelu. Float32 on CPU: through the library
-    CPU_MATMUL picks, and through oneDNN with the GELU fused when no gradient is needed;
+    CPU_MATMUL picks, and through oneDNN with the GELU fused when no gradient is needed
+    (not under mkl);
     elsewhere torch.addmm. packed: no-grad only, oneDNN-packed copies of weights from
     pack_weights (faster at small M)."""
     if packed is not None and id(w) in packed:
         return _dnn(x, packed[id(w)], b, gelu)
     cpu32 = ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32
-    if cpu32 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+    if cpu32 and CPU_MATMUL != "mkl" and not (
+            torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
         if gelu or CPU_MATMUL == "onednn" or x.shape[0] >= BLAS_DNN_MIN_ROWS:
             return _dnn(x, w.t(), b, gelu)
     if cpu32 and CPU_MATMUL == "onednn":  # with gradients
@@ -146,13 +178,13 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
 
 def pack_weights(model, rows: int) -> Packed | None:
     """oneDNN-packed copies of the block matrices that go through oneDNN (all of them and
-    the output matrix when CPU_MATMUL is onednn, the GELU ones when blas) for no-grad
+    the output matrix when CPU_MATMUL is onednn or mkl, the GELU ones when blas) for no-grad
     forwards of about `rows` rows (decoding); None off CPU. Pack again after the weights
     change (the copies do not follow them)."""
     w0 = model.transformer.wte.weight
     if not (ONEDNN and w0.device.type == "cpu" and w0.dtype == torch.float32):
         return None
-    every = CPU_MATMUL == "onednn"
+    every = CPU_MATMUL in ("onednn", "mkl")
     with torch.no_grad():
         out = {}
         for blk in model.transformer.h:

@@ -21,10 +21,10 @@ def policy():
     return build_random(n_layer=2, n_embd=64, n_head=4, n_positions=128, seed=3)
 
 
-@pytest.fixture(params=["onednn", "blas"], autouse=True)
+@pytest.fixture(params=["onednn", "blas", "mkl"], autouse=True)
 def cpu_matmul(request, monkeypatch):
     """Every test here runs with each CPU matrix library (`forward.CPU_MATMUL`)."""
-    if request.param == "onednn" and not forward.ONEDNN:
+    if request.param != "blas" and not forward.ONEDNN:
         pytest.skip("torch built without oneDNN")
     monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
     monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
@@ -32,17 +32,29 @@ def cpu_matmul(request, monkeypatch):
 
 
 @pytest.mark.parametrize("value, vendor, want", [
-    ("auto", "GenuineIntel", "blas"), ("auto", "AuthenticAMD", "onednn"), ("auto", "", "onednn"),
-    ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn")])
+    ("auto", "GenuineIntel", "blas"), ("auto", "AuthenticAMD", "measured"),
+    ("auto", "", "measured"), ("BLAS", "AuthenticAMD", "blas"),
+    ("onednn", "GenuineIntel", "onednn"), ("mkl", "AuthenticAMD", "mkl")])
 def test_cpu_matmul_choice(monkeypatch, value, vendor, want):
     monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", value)
     monkeypatch.setattr(forward, "_cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(forward, "_measured_choice", lambda: "measured")
     assert forward._cpu_matmul() == (want if forward.ONEDNN else "blas")
 
 
+def test_measured_choice_picks_by_the_margin(monkeypatch):
+    """mkl only when oneDNN takes at least `margin` times MKL's time on the product."""
+    if not forward.ONEDNN:
+        pytest.skip("torch built without oneDNN")
+    assert forward._measured_choice(rows=8, width=16) in ("mkl", "onednn")
+    assert forward._measured_choice(rows=8, width=16, margin=0.0) == "mkl"
+    assert forward._measured_choice(rows=8, width=16, margin=float("inf")) == "onednn"
+
+
 def test_cpu_matmul_rejects_unknown_values(monkeypatch):
-    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "mkl")
-    with pytest.raises(ValueError, match="ROOKWORLD_CPU_MATMUL must be auto, onednn or blas"):
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "openblas")
+    with pytest.raises(ValueError,
+                       match="ROOKWORLD_CPU_MATMUL must be auto, onednn, blas or mkl"):
         forward._cpu_matmul()
 
 

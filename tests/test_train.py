@@ -82,8 +82,10 @@ def test_run_in_process_writes_metrics_checkpoint_and_outcome(tiny_overrides, tm
 
 def test_run_stopped_by_the_kl_guard_says_so_above_its_eval_table(tiny_overrides, tmp_path):
     over = [o for o in tiny_overrides if not o.startswith(("steps=", "eval_every="))]
+    # weight decay moves the policy even when every group's rewards tie (zero advantages)
     result = run(compose(over + ["steps=3", "eval_every=0", "optim.lr=1e-2",
-                                 "guard.kl.threshold=1e-9", "guard.kl.window=1"]), tmp_path)
+                                 "optim.weight_decay=0.1", "guard.kl.threshold=1e-9",
+                                 "guard.kl.window=1"]), tmp_path)
     assert result.outcome.status == "kl_failure"
     table = (tmp_path / "eval_before_after.md").read_text()
     assert f"the run stopped (kl_failure at step {result.outcome.step})" in table
