@@ -76,7 +76,8 @@ def overrides(a) -> list[str]:
             f"sampler.per_task.A.max_new_tokens={a.tokens}", "sampler.temperature=1.0",
             "kl=fixed", f"kl.beta={a.beta}", f"optim.lr={a.lr}", "optim.grad_clip=1.0",
             f"micro_batch={a.micro_batch}", "reward=graduated",
-            f"release_memory={str(a.release_memory).lower()}"]
+            f"release_memory={str(a.release_memory).lower()}",
+            f"mmap_threshold_kib={a.mmap_threshold_kib}"]
 
 
 def prompt_draws(a):
@@ -244,6 +245,9 @@ def main() -> None:
                    help="rookworld micro_batch: auto (the training default), 0 = the whole batch, N rows")
     p.add_argument("--release-memory", action="store_true",
                    help="rookworld release_memory=true (trim the heap between phases)")
+    p.add_argument("--mmap-threshold-kib", type=int, default=0,
+                   help="rookworld mmap_threshold_kib (glibc: large blocks returned to the OS "
+                        "when freed; 0 = glibc's default)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")

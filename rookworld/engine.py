@@ -94,6 +94,27 @@ def release_freed_memory() -> None:
 
 
 _TRIM = None
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def set_mmap_threshold(kib: int) -> bool:
+    """Serve heap blocks of at least `kib` KiB from their own mappings, handed back to the
+    OS when freed (glibc mallopt M_MMAP_THRESHOLD; this also stops glibc raising the
+    threshold as it goes, which it does up to 32 MiB). With glibc's default, the freed
+    activations, gradients and packed weights of one phase stay resident as heap holes the
+    next phase cannot always reuse: at the GPT-2-small shape the update peaked at 2.94-3.0
+    GB of RSS with 2.2 GB live; at 1024 KiB, 2.50-2.53 GB. The price is faulting fresh pages
+    for every large tensor: that step took 19.56 s instead of 18.42 s (in-process A/B) and
+    21.7 s instead of 18.1 s side by side with TRL; no difference at the small shape. So it
+    is off by default (0: nothing changes; nothing either without glibc). Process-wide.
+    Returns whether it was applied."""
+    if kib <= 0:
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, kib * 1024))
 
 
 def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: int,
@@ -142,7 +163,10 @@ class GRPOEngine:
     dist: a `distributed.DistContext` under torchrun (None: one process): each rank
     samples its share of the prompts and DistributedDataParallel averages gradients;
     release_memory: hand freed heap pages back to the OS after each rollout and update
-    (`release_freed_memory`)."""
+    (`release_freed_memory`); mmap_threshold_kib: heap blocks from this size up get their
+    own mappings, returned to the OS when freed (`set_mmap_threshold`; 0 = glibc's default:
+    faster, more resident memory).
+    """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
                  sampling: dict[str, SamplingSettings], num_generations: int, total_steps: int,
@@ -151,7 +175,8 @@ class GRPOEngine:
                  micro_batch_tokens: int = 1024, use_reference: bool = True,
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
-                 dist: DistContext | None = None, release_memory: bool = False):
+                 dist: DistContext | None = None, release_memory: bool = False,
+                 mmap_threshold_kib: int = 0):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -167,6 +192,11 @@ class GRPOEngine:
         self.dist = dist
         self.release_memory = release_memory
         self.device = dist.device if dist else torch.device(device)
+        if not (isinstance(mmap_threshold_kib, int) and mmap_threshold_kib >= 0):
+            raise ValueError(f"mmap_threshold_kib must be an integer >= 0, got "
+                             f"{mmap_threshold_kib!r}")
+        if self.device.type == "cpu":
+            set_mmap_threshold(mmap_threshold_kib)
         self.model = policy.model.to(self.device).float().eval()  # dropout is 0; eval anyway
         self.logits_fn = CompletionLogits(self.model)  # the policy's teacher-forced forward
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference

@@ -174,3 +174,13 @@ def test_auto_micro_batch_changes_memory_not_results(tiny_overrides):
         for a, b in zip(whole[2:5], auto[2:5]):
             assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
         assert whole[5] == 1 and auto[5] > 1
+
+
+def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
+    import ctypes.util
+
+    from rookworld.engine import set_mmap_threshold
+    assert set_mmap_threshold(0) is False
+    glibc = ctypes.util.find_library("c") is not None and __import__("platform").libc_ver()[0] \
+        == "glibc"
+    assert set_mmap_threshold(1024) is glibc
