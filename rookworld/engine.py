@@ -375,7 +375,6 @@ class GRPOEngine:
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()
         beta = self.kl.coef(step)
-        n = b.rollout.completion_ids.shape[0]
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0

@@ -14,19 +14,19 @@ and completion are of similar length. GELU is the fused tanh form, as GPT-2's
 `gelu_new`. Log-probs are taken in row chunks sized by the vocabulary, so an
 [N, T, V] log-softmax is never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`), which
+On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`); which
 is fastest depends on the machine, not only its vendor: on one AMD EPYC oneDNN was 1.2-3x
 faster than MKL's sgemm; on an Intel Xeon MKL beat packed oneDNN at the 32-row products of
 decoding and was within 10% either way at 256-2048 rows; on an older AVX2 EPYC (Zen 1)
 MKL ran 64-80 GFLOP/s where oneDNN over GPT-2's transposed Conv1D weight ran 35-50 at
 768 wide (equal at 256), so non-Intel machines measure the two once (`_measured_choice`).
-Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was measured and left out: on
-the EPYC the compiled training pass ran no faster than eager MKL (0.86 s vs 0.87 s CPU
-for a 4-layer step, 63 s to compile) and 15% slower than eager oneDNN, and inductor
-cannot lower oneDNN's linear over weights that train. Also measured on the Xeon and
-left out (no gain, benchmarks/README.md): an attention that meets each prompt's keys
-once per group instead of gathering them per row, and recomputing the GELU in backward
-instead of keeping its output.
+Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was
+measured and left out: on the first EPYC the compiled training pass ran no faster than
+eager MKL (0.86 s vs 0.87 s CPU for a 4-layer step, 63 s to compile) and 15% slower than
+eager oneDNN, and inductor cannot lower oneDNN's linear over weights that train. Also
+measured on the Xeon and left out (no gain, benchmarks/README.md): an attention that meets
+each prompt's keys once per group instead of gathering them per row, and recomputing the
+GELU in backward instead of keeping its output.
 """
 
 from __future__ import annotations

@@ -5,8 +5,13 @@ import torch
 
 from rookworld.forward import completion_logits
 from rookworld.model import build_random
-from rookworld.sampling import (SamplingSettings, filter_logits, left_pad, positions_from_mask,
-                                sample)
+from rookworld.sampling import (
+    SamplingSettings,
+    filter_logits,
+    left_pad,
+    positions_from_mask,
+    sample,
+)
 
 
 @pytest.fixture(scope="module")
