@@ -105,9 +105,9 @@ def set_mmap_threshold(kib: int) -> bool:
     next phase cannot always reuse: at the GPT-2-small shape the update peaked at 2.94-3.0
     GB of RSS with 2.2 GB live; at 1024 KiB, 2.50-2.53 GB. The price is faulting fresh pages
     for every large tensor: that step took 19.56 s instead of 18.42 s (in-process A/B) and
-    21.7 s instead of 18.1 s side by side with TRL; no difference at the small shape. So it
-    is off by default (0: nothing changes; nothing either without glibc). Process-wide.
-    Returns whether it was applied."""
+    21.7 s instead of 18.1 s in two benchmark runs beside TRL; no difference at the small
+    shape. So it is off by default (0: nothing changes; nothing either without glibc).
+    Process-wide. Returns whether it was applied."""
     if kib <= 0:
         return False
     try:

@@ -81,29 +81,35 @@ def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
     assert m["policy/clip_frac_low"] + m["policy/clip_frac_high"] > 0
 
 
+def _two_steps(overrides: list[str], keep) -> list:
+    """Two seeded steps of a tiny engine (4 prompts each); keep(batch, metrics) per step."""
+    from rookworld.data_io import read_samples
+
+    cfg = compose(overrides + ["sampler.temperature=1.5", "kl=fixed"])
+    parts = build_parts(cfg)
+    torch.manual_seed(cfg.seed)
+    engine = build_engine(cfg, parts, LengthReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    out = []
+    for step in range(2):
+        batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
+        out.append(keep(batch, engine.update(batch, step)))
+    return out
+
+
 def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
     """release_memory=true trims the heap after each rollout and update (glibc) and
     nothing else: the same seed gives the same samples and metrics."""
     from rookworld import engine as engine_mod
-    from rookworld.data_io import read_samples
 
     calls = []
     monkeypatch.setattr(engine_mod, "release_freed_memory", lambda: calls.append(1))
     runs = []
     for release in (False, True):
-        cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed",
-                                        f"release_memory={str(release).lower()}"])
-        parts = build_parts(cfg)
-        torch.manual_seed(cfg.seed)
-        engine = build_engine(cfg, parts, LengthReward())
-        train = read_samples(cfg.data.train)
-        pools = {t: [s for s in train if s.task == t] for t in "PA"}
-        out = []
-        for step in range(2):
-            batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
-            m = engine.update(batch, step)
-            out.append((batch.rollout.completion_ids.tolist(), m["loss/total"], m["kl/k3"]))
-        runs.append(out)
+        runs.append(_two_steps(tiny_overrides + [f"release_memory={str(release).lower()}"],
+                               lambda batch, m: (batch.rollout.completion_ids.tolist(),
+                                                 m["loss/total"], m["kl/k3"])))
         assert len(calls) == (4 if release else 0)
     assert runs[0] == runs[1]
 
@@ -147,27 +153,14 @@ def test_micro_batch_rows_keeps_every_chunk_within_its_budgets():
 
 
 def test_auto_micro_batch_changes_memory_not_results(tiny_overrides):
-    """micro_batch=auto chunks the update and the reference pass by whole groups: the same
-    samples, losses and gradient norm as the whole batch at once, to float32 rounding."""
-    from rookworld.data_io import read_samples
-
-    runs = []
-    for micro in ("0", "auto"):
-        cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed",
-                                        f"micro_batch={micro}", "micro_batch_tokens=64"])
-        parts = build_parts(cfg)
-        torch.manual_seed(cfg.seed)
-        engine = build_engine(cfg, parts, LengthReward())
-        train = read_samples(cfg.data.train)
-        pools = {t: [s for s in train if s.task == t] for t in "PA"}
-        out = []
-        for step in range(2):
-            batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
-            m = engine.update(batch, step)
-            out.append((batch.rollout.completion_ids.tolist(), batch.ref_logprobs,
-                        m["loss/total"], m["kl/k3"], m["optim/grad_norm"],
-                        m["optim/micro_batches"]))
-        runs.append(out)
+    """micro_batch=auto chunks the update by whole groups (the reference pass runs whole):
+    the same samples, losses and gradient norm as the whole batch at once, to float32
+    rounding."""
+    runs = [_two_steps(tiny_overrides + [f"micro_batch={micro}", "micro_batch_tokens=64"],
+                       lambda batch, m: (batch.rollout.completion_ids.tolist(),
+                                         batch.ref_logprobs, m["loss/total"], m["kl/k3"],
+                                         m["optim/grad_norm"], m["optim/micro_batches"]))
+            for micro in ("0", "auto")]
     for whole, auto in zip(*runs):
         assert whole[0] == auto[0]
         assert torch.allclose(whole[1], auto[1], atol=1e-5)
@@ -177,10 +170,13 @@ def test_auto_micro_batch_changes_memory_not_results(tiny_overrides):
 
 
 def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
-    import ctypes.util
+    """In a child process: the setting is process-wide and cannot be undone."""
+    import platform
+    import subprocess
+    import sys
 
-    from rookworld.engine import set_mmap_threshold
-    assert set_mmap_threshold(0) is False
-    glibc = ctypes.util.find_library("c") is not None and __import__("platform").libc_ver()[0] \
-        == "glibc"
-    assert set_mmap_threshold(1024) is glibc
+    code = ("from rookworld.engine import set_mmap_threshold as s; "
+            "print(s(0), s(1024))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", str(platform.libc_ver()[0] == "glibc")]
