@@ -289,29 +289,42 @@ def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
 
     prompt_ids/prompt_mask [N,P] left-padded, completion_ids [N,T]. Each distinct prompt
     runs once; completion tokens after end-of-text stay attendable (nothing scored
-    attends to them: they come later)."""
+    attends to them: they come later). The distinct prompts' tokens and the completion
+    tokens go through every matrix product of a layer together, as one [U*P + N*(T-1), C]
+    matrix; only attention treats them apart (prompts causally among themselves,
+    completions over their group's prompt and their own earlier tokens)."""
     uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
     order, g = group_order(index, uniq.shape[0])
-    kv: list[tuple[Tensor, Tensor]] = []
-    last = to_rows(prompt_forward(model, uniq, u_mask, lambda i, k, v: kv.append((k, v))),
-                   order, g)
     n, t = completion_ids.shape
     if t == 1:
-        return last[:, None]
+        return to_rows(prompt_forward(model, uniq, u_mask, lambda i, k, v: None),
+                       order, g)[:, None]
     tr, p = model.transformer, prompt_ids.shape[1]
+    u, mp, mc = uniq.shape[0], uniq.shape[0] * p, n * (t - 1)
     ids = completion_ids[:, :-1]  # the last token predicts nothing that is scored
     pos = prompt_mask.sum(-1, keepdim=True) + torch.arange(t - 1, device=ids.device)
-    x = tr.wte(ids) + tr.wpe(pos)
+    x = torch.cat([(tr.wte(uniq) + tr.wpe(positions_from_mask(u_mask))).reshape(mp, -1),
+                   (tr.wte(ids) + tr.wpe(pos)).reshape(mc, -1)])[None]  # [1, M, C]
+    prompt_attn = prefill_mask(u_mask)
     causal = torch.ones(t - 1, t - 1, dtype=torch.bool, device=ids.device).tril()
     attn_mask = torch.cat([prompt_mask.bool()[:, None, None, :].expand(n, 1, t - 1, p),
                            causal.expand(n, 1, t - 1, t - 1)], dim=-1)
-    for blk, (pk, pv) in zip(tr.h, kv):
-        def attend(q, k, v, pk=pk, pv=pv):
-            keys = torch.cat([to_rows(pk, order, g), k], dim=2)
-            values = torch.cat([to_rows(pv, order, g), v], dim=2)
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask)
+
+    def attend(q, k, v):  # [1,H,M,D] each -> [1,H,M,D]
+        def split(z):  # -> prompts [U,H,P,D], completions [N,H,T-1,D] (views)
+            return (z[0, :, :mp].unflatten(1, (u, p)).transpose(0, 1),
+                    z[0, :, mp:].unflatten(1, (n, t - 1)).transpose(0, 1))
+        (qp, qc), (kp, kc), (vp, vc) = split(q), split(k), split(v)
+        out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=prompt_attn)
+        keys = torch.cat([to_rows(kp, order, g), kc], dim=2)
+        values = torch.cat([to_rows(vp, order, g), vc], dim=2)
+        out_c = F.scaled_dot_product_attention(qc, keys, values, attn_mask=attn_mask)
+        return torch.cat([out_p.transpose(0, 1).flatten(1, 2),
+                          out_c.transpose(0, 1).flatten(1, 2)], dim=1)[None]
+    for blk in tr.h:
         x = block(x, blk, attend)
-    return torch.cat([last[:, None], final_norm(model, x)], dim=1)
+    last = to_rows(final_norm(model, x[0, :mp].view(u, p, -1)[:, -1]), order, g)
+    return torch.cat([last[:, None], final_norm(model, x[0, mp:]).view(n, t - 1, -1)], dim=1)
 
 
 class CompletionLogits(nn.Module):
