@@ -102,11 +102,11 @@ def set_mmap_threshold(kib: int) -> bool:
     OS when freed (glibc mallopt M_MMAP_THRESHOLD; this also stops glibc raising the
     threshold as it goes, which it does up to 32 MiB). With glibc's default, the freed
     activations, gradients and packed weights of one phase stay resident as heap holes the
-    next phase cannot always reuse: at the GPT-2-small shape the update peaked at 2.94-3.0
-    GB of RSS with 2.2 GB live; at 1024 KiB, 2.50-2.53 GB. The price is faulting fresh pages
-    for every large tensor: that step took 19.56 s instead of 18.42 s (in-process A/B) and
-    21.7 s instead of 18.1 s in two benchmark runs beside TRL; no difference at the small
-    shape. So it is off by default (0: nothing changes; nothing either without glibc).
+    next phase cannot always reuse. Session 4 (before the merged training forward), GPT-2-
+    small shape: the update peaked at 2.94-3.0 GB of RSS with 2.2 GB live, 2.50-2.53 GB at
+    1024 KiB; the step took 19.56 s instead of 18.42 s in-process and 1.69x instead of
+    1.96x TRL's speed side by side. Later figures: benchmarks/README.md. So it is off by
+    default (0: nothing changes; nothing either without glibc).
     Process-wide. Returns whether it was applied."""
     if kib <= 0:
         return False
