@@ -77,7 +77,8 @@ def overrides(a) -> list[str]:
             "kl=fixed", f"kl.beta={a.beta}", f"optim.lr={a.lr}", "optim.grad_clip=1.0",
             f"micro_batch={a.micro_batch}", "reward=graduated",
             f"release_memory={str(a.release_memory).lower()}",
-            f"mmap_threshold_kib={a.mmap_threshold_kib}"]
+            f"mmap_threshold_kib={a.mmap_threshold_kib}",
+            f"recompute_activations={str(a.recompute_activations).lower()}"]
 
 
 def prompt_draws(a):
@@ -225,7 +226,9 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
         "phase_s": {k: [round(r[k], 3) for r in rows] for k in PHASES if k != "score_s"},
         "flop_bound_s": round(flop_bound_s, 4), "flop_efficiency": round(flop_bound_s / step, 3),
         "calibration_gflops": cal,
-    } | ({"micro_batch": a.micro_batch, "micro_batches": rows[0]["micro_batches"]}
+    } | ({"micro_batch": a.micro_batch, "micro_batches": rows[0]["micro_batches"],
+          "mmap_threshold_kib": a.mmap_threshold_kib,
+          "recompute_activations": a.recompute_activations}
          if "micro_batches" in rows[0] else {})
 
 
@@ -245,9 +248,13 @@ def main() -> None:
                    help="rookworld micro_batch: auto (the training default), 0 = the whole batch, N rows")
     p.add_argument("--release-memory", action="store_true",
                    help="rookworld release_memory=true (trim the heap between phases)")
-    p.add_argument("--mmap-threshold-kib", type=int, default=0,
-                   help="rookworld mmap_threshold_kib (glibc: large blocks returned to the OS "
-                        "when freed; 0 = glibc's default)")
+    p.add_argument("--mmap-threshold-kib", default="auto",
+                   help="rookworld mmap_threshold_kib: auto (the training default) or KiB "
+                        "(glibc, during the update: large blocks returned to the OS when "
+                        "freed; 0 = glibc's default)")
+    p.add_argument("--recompute-activations", action="store_true",
+                   help="rookworld recompute_activations=true (layer norms and GELUs "
+                        "recomputed in backward: less memory, slower update)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")

@@ -53,7 +53,6 @@ _INT_RULES = {  # key: (minimum, why)
     "prompts_per_step": (1, "an integer >= 1"),
     "num_generations": (2, "an integer >= 2 (a group of one has no advantage)"),
     "micro_batch_tokens": (1, "an integer >= 1"),
-    "mmap_threshold_kib": (0, "an integer >= 0 (0 = glibc's default)"),
     "eval_every": (0, "an integer >= 0"),
     "checkpoint_every": (0, "an integer >= 0"),
     "examples_to_log": (0, "an integer >= 0"),
@@ -61,7 +60,7 @@ _INT_RULES = {  # key: (minimum, why)
     "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
     "sweep.replicas": (1, "an integer >= 1"),
 }
-_BOOL_KEYS = ("dry_run", "reference.enabled", "release_memory")
+_BOOL_KEYS = ("dry_run", "reference.enabled", "release_memory", "recompute_activations")
 
 
 def _get(cfg: DictConfig, key: str):
@@ -79,6 +78,10 @@ def validate(cfg: DictConfig) -> None:
     if mb != "auto" and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 0):
         raise ConfigError(f"micro_batch must be auto or an integer >= 0 (0 = whole batch), "
                           f"got {mb!r}")
+    mt = cfg.mmap_threshold_kib
+    if mt != "auto" and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 0):
+        raise ConfigError(f"mmap_threshold_kib must be auto or an integer >= 0 (0 = glibc's "
+                          f"default), got {mt!r}")
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")

@@ -100,14 +100,9 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 def set_mmap_threshold(kib: int) -> bool:
     """Serve heap blocks of at least `kib` KiB from their own mappings, handed back to the
     OS when freed (glibc mallopt M_MMAP_THRESHOLD; this also stops glibc raising the
-    threshold as it goes, which it does up to 32 MiB). With glibc's default, the freed
-    activations, gradients and packed weights of one phase stay resident as heap holes the
-    next phase cannot always reuse. Session 4 (before the merged training forward), GPT-2-
-    small shape: the update peaked at 2.94-3.0 GB of RSS with 2.2 GB live, 2.50-2.53 GB at
-    1024 KiB; the step took 19.56 s instead of 18.42 s in-process and 1.69x instead of
-    1.96x TRL's speed side by side. Later figures: benchmarks/README.md. So it is off by
-    default (0: nothing changes; nothing either without glibc).
-    Process-wide. Returns whether it was applied."""
+    threshold as it goes, which it does up to 32 MiB). Process-wide; the engine sets it
+    around each update (`GRPOEngine.update`). Returns whether it was applied (never for
+    kib <= 0, nor without glibc)."""
     if kib <= 0:
         return False
     try:
@@ -115,6 +110,30 @@ def set_mmap_threshold(kib: int) -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, kib * 1024))
+
+
+ROLLOUT_MMAP_KIB = 32 * 1024  # glibc's own ceiling for its moving threshold (64-bit)
+AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS = 1024, 50_000_000
+
+
+def update_mmap_threshold(setting: int | str, n_params: int) -> int:
+    """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
+
+    With glibc's moving threshold, the update's freed activations and gradients stay
+    resident as heap holes beside the weights, reference and optimiser state: at the
+    GPT-2-small shape (86M parameters, 2 x 8 x 64) the process peaked at 2,711 MB. With
+    1024 KiB during the update only (the rollout at 32 MiB, where glibc's threshold ends
+    up anyway), 2,452 MB, and the update's blocks there are 2-9 MiB, so faulting fresh
+    pages cost nothing measurable (in-process A/B, update 11.48 vs 11.53 s). For a 3.2M-
+    parameter model it cost ~5% of the update (1.28 vs 1.21 s) to save nothing that
+    matters (0.58 GB, mostly libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up,
+    else 0. The threshold for the whole process (session 4) cost 6-20% of the step:
+    the rollout's decoding allocates and frees blocks every token."""
+    if setting == "auto":
+        return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise ValueError(f"mmap_threshold_kib must be auto or an integer >= 0, got {setting!r}")
+    return setting
 
 
 def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: int,
@@ -163,9 +182,11 @@ class GRPOEngine:
     dist: a `distributed.DistContext` under torchrun (None: one process): each rank
     samples its share of the prompts and DistributedDataParallel averages gradients;
     release_memory: hand freed heap pages back to the OS after each rollout and update
-    (`release_freed_memory`); mmap_threshold_kib: heap blocks from this size up get their
-    own mappings, returned to the OS when freed (`set_mmap_threshold`; 0 = glibc's default:
-    faster, more resident memory).
+    (`release_freed_memory`); mmap_threshold_kib: during each update (CPU), heap blocks
+    from this size up get their own mappings, returned to the OS when freed; the rollout
+    runs at ROLLOUT_MMAP_KIB (`update_mmap_threshold`; auto: by model size; 0 = glibc's
+    default throughout); recompute_activations: the update's forward keeps fewer
+    activations and recomputes layer norms and GELUs in backward (`forward.block`).
     """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
@@ -176,7 +197,7 @@ class GRPOEngine:
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
-                 mmap_threshold_kib: int = 0):
+                 mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -192,13 +213,12 @@ class GRPOEngine:
         self.dist = dist
         self.release_memory = release_memory
         self.device = dist.device if dist else torch.device(device)
-        if not (isinstance(mmap_threshold_kib, int) and mmap_threshold_kib >= 0):
-            raise ValueError(f"mmap_threshold_kib must be an integer >= 0, got "
-                             f"{mmap_threshold_kib!r}")
-        if self.device.type == "cpu":
-            set_mmap_threshold(mmap_threshold_kib)
         self.model = policy.model.to(self.device).float().eval()  # dropout is 0; eval anyway
-        self.logits_fn = CompletionLogits(self.model)  # the policy's teacher-forced forward
+        self.update_mmap_kib = update_mmap_threshold(
+            mmap_threshold_kib, sum(p.numel() for p in self.model.parameters())
+        ) if self.device.type == "cpu" else 0
+        # the policy's teacher-forced forward
+        self.logits_fn = CompletionLogits(self.model, recompute=recompute_activations)
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference
             self.logits_fn = DistributedDataParallel(
                 self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
@@ -376,9 +396,46 @@ class GRPOEngine:
         t0 = time.perf_counter()
         beta = self.kl.coef(step)
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
+        slices = self._micro_slices(b.rollout)
+        if self.update_mmap_kib:
+            set_mmap_threshold(self.update_mmap_kib)
+        try:
+            agg, later, it, total, grad_norm, skipped = self._iterate(b, slices, beta, world)
+        finally:
+            if self.update_mmap_kib:
+                set_mmap_threshold(ROLLOUT_MMAP_KIB)
+        done = it + 1  # iterations whose ratio stats were gathered
+        if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
+            if self.dist:
+                later = self.dist.sum_floats(dict(later))
+            for k in RATIO_STATS:
+                if k in agg:
+                    agg[k] = (agg[k] + later.get(k, 0.0)) / done
+        if self.release_memory:
+            release_freed_memory()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        if self.ref is not None and "kl/k3" in agg:
+            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"]  # the estimator in the loss
+            if not skipped:  # a skipped (non-finite) update says nothing about the KL
+                self.kl.update(agg["kl/value"], step)
+        self._maybe_sync_reference(step)
+        m = dict(agg)
+        m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
+                  "optim/lr": lr, "optim/micro_batches": len(slices),
+                  "guard/nan_skipped": skipped,
+                  "time/update_s": time.perf_counter() - t0})
+        if "loss/kl" in m:
+            m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
+                                                          1e-12)
+        return m
+
+    def _iterate(self, b: Batch, slices: list[slice], beta: float, world: int):
+        """num_iterations optimiser steps over the micro-batches; returns (stats of the
+        first iteration, ratio stats of later ones, last iteration, loss, grad norm,
+        skipped)."""
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
-        slices = self._micro_slices(b.rollout)
         for it in range(self.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
@@ -404,32 +461,8 @@ class GRPOEngine:
                 skipped = 1
                 break
             self.optimizer.step()
-        done = it + 1  # iterations whose ratio stats were gathered
-        if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
-            if self.dist:
-                later = self.dist.sum_floats(dict(later))
-            for k in RATIO_STATS:
-                if k in agg:
-                    agg[k] = (agg[k] + later.get(k, 0.0)) / done
         self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
-        if self.release_memory:
-            release_freed_memory()
-        lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        if self.ref is not None and "kl/k3" in agg:
-            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"]  # the estimator in the loss
-            if not skipped:  # a skipped (non-finite) update says nothing about the KL
-                self.kl.update(agg["kl/value"], step)
-        self._maybe_sync_reference(step)
-        m = dict(agg)
-        m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
-                  "optim/lr": lr, "optim/micro_batches": len(slices),
-                  "guard/nan_skipped": skipped,
-                  "time/update_s": time.perf_counter() - t0})
-        if "loss/kl" in m:
-            m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
-                                                          1e-12)
-        return m
+        return agg, later, it, total, grad_norm, skipped
 
     def _weight(self, b: Batch, rows: slice) -> float:
         """Share of the aggregator's normaliser held by these rows, so summed

@@ -169,8 +169,59 @@ def test_auto_micro_batch_changes_memory_not_results(tiny_overrides):
         assert whole[5] == 1 and auto[5] > 1
 
 
+def test_recompute_activations_changes_memory_not_results(tiny_overrides):
+    """Layer norms and GELUs recomputed in backward: the same samples, and losses and
+    gradient norms to float rounding."""
+    keep = lambda batch, m: (batch.rollout.completion_ids.tolist(),  # noqa: E731
+                             m["loss/total"], m["optim/grad_norm"], m["kl/k3"])
+    runs = [_two_steps(tiny_overrides + [f"recompute_activations={r}"], keep)
+            for r in ("false", "true")]
+    for a, b in zip(*runs):
+        assert a[0] == b[0]
+        assert a[1:] == pytest.approx(b[1:], rel=1e-4, abs=1e-6)
+
+
+def test_update_mmap_threshold_auto_goes_by_model_size():
+    from rookworld.engine import AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS, update_mmap_threshold
+
+    assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS - 1) == 0
+    assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS) == AUTO_MMAP_KIB == 1024
+    assert update_mmap_threshold(0, 10**9) == 0 and update_mmap_threshold(256, 1) == 256
+    for bad in (-1, True, "1024", 1.5):
+        with pytest.raises(ValueError, match="mmap_threshold_kib"):
+            update_mmap_threshold(bad, 1)
+
+
+@pytest.mark.parametrize("setting, want", [("auto", []), (0, []), (512, [512, 32768] * 2)])
+def test_update_sets_the_threshold_and_the_rollout_gets_glibcs_ceiling(
+        tiny_overrides, monkeypatch, setting, want):
+    """The threshold is set for each update and put back to glibc's 32 MiB ceiling after
+    it; the tiny model is under auto's size."""
+    from rookworld import engine as engine_mod
+
+    calls = []
+    monkeypatch.setattr(engine_mod, "set_mmap_threshold", calls.append)
+    _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
+    assert calls == want
+
+
+def test_update_puts_the_threshold_back_when_it_fails(engine_and_pools, monkeypatch):
+    from rookworld import engine as engine_mod
+
+    cfg, parts, engine, pools = engine_and_pools
+    calls = []
+    monkeypatch.setattr(engine_mod, "set_mmap_threshold", calls.append)
+    engine.update_mmap_kib = 2048
+    batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
+    monkeypatch.setattr(engine, "_iterate", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        engine.update(batch, 0)
+    assert calls == [2048, 32768]
+
+
 def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
-    """In a child process: the setting is process-wide and cannot be undone."""
+    """In a child process: the setting is process-wide (glibc's moving threshold stays off
+    after it)."""
     import platform
     import subprocess
     import sys

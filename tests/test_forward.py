@@ -85,11 +85,13 @@ def test_fast_logits_equal_transformers(policy):
     assert torch.allclose(fast, ref, atol=2e-5)
 
 
-def test_fast_gradients_equal_transformers(policy):
+@pytest.mark.parametrize("recompute", [True, False])
+def test_fast_gradients_equal_transformers(policy, recompute):
+    """With the layer norms and GELUs recomputed in backward and without."""
     ids, mask, comp = batch(policy, ["P: abc ", "A: longer prompt here+"], g=4)
     w = torch.randn(8, comp.shape[1], 96, generator=torch.Generator().manual_seed(1))
     grads = []
-    for fn in (lambda: CompletionLogits(policy.model)(ids, mask, comp),
+    for fn in (lambda: CompletionLogits(policy.model, recompute)(ids, mask, comp),
                lambda: completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))):
         policy.model.zero_grad()
         (fn() * w).sum().backward()
