@@ -127,8 +127,8 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     pages cost nothing measurable (in-process A/B, update 11.48 vs 11.53 s). For a 3.2M-
     parameter model it cost ~5% of the update (1.28 vs 1.21 s) to save nothing that
     matters (0.58 GB, mostly libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up,
-    else 0. The threshold for the whole process (session 4) cost 6-20% of the step:
-    the rollout's decoding allocates and frees blocks every token."""
+    else 0. The same threshold for the whole process (session 4) cost 6-20% of the step
+    (benchmarks/README.md)."""
     if setting == "auto":
         return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
