@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import math
 import resource
 import time
@@ -77,23 +78,26 @@ def _masked_mean(x: Tensor, mask: Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1))
 
 
+@functools.cache
+def _glibc(name: str):
+    """A glibc function by name, or None without glibc."""
+    try:
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def release_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc malloc_trim). The engine calls it between
     phases when release_memory is set: resident memory between phases then follows the
     live tensors, at the price of faulting the pages in again (on a 4-layer step it took
     peak RSS from 800 to 785 MB and made the step ~10% slower, so it is off by default).
     A no-op without glibc."""
-    global _TRIM
-    if _TRIM is None:
-        try:
-            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _TRIM = False
-    if _TRIM:
-        _TRIM(0)
+    trim = _glibc("malloc_trim")
+    if trim:
+        trim(0)
 
 
-_TRIM = None
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
@@ -103,13 +107,8 @@ def set_mmap_threshold(kib: int) -> bool:
     threshold as it goes, which it does up to 32 MiB). Process-wide; the engine sets it
     around each update (`GRPOEngine.update`). Returns whether it was applied (never for
     kib <= 0, nor without glibc)."""
-    if kib <= 0:
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, kib * 1024))
+    mallopt = _glibc("mallopt")
+    return bool(kib > 0 and mallopt and mallopt(M_MMAP_THRESHOLD, kib * 1024))
 
 
 ROLLOUT_MMAP_KIB = 32 * 1024  # glibc's own ceiling for its moving threshold (64-bit)

@@ -130,9 +130,32 @@ CPU_MATMUL = _cpu_matmul()
 BLAS_DNN_MIN_ROWS = 64
 
 
+def _trains_in_onednn(x: Tensor) -> bool:
+    """Whether products with gradients over x go through oneDNN (CPU_MATMUL=onednn)."""
+    return ONEDNN and CPU_MATMUL == "onednn" and x.device.type == "cpu" \
+        and x.dtype == torch.float32
+
+
+def _train_product(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x [M,K] @ w [K,N] + b (the GPT-2 Conv1D layout) as a product with gradients is
+    taken, without a graph: for the autograd Functions below."""
+    return _dnn(x, w.t(), b) if _trains_in_onednn(x) else _blas(x, w, b)
+
+
+def _train_product_grads(x: Tensor, w: Tensor, gy: Tensor, needs: tuple[bool, bool, bool]
+                         ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of x @ w + b for gy: (x, w, b), None where not needed; grad_x through
+    oneDNN when the product went there, grad_w through torch.mm (MKL)."""
+    gx = None
+    if needs[0]:
+        gx = _dnn(gy, w, None) if _trains_in_onednn(gy) else gy @ w.t()
+    gw = torch.mm(x.t(), gy) if needs[1] else None
+    gb = gy.sum(0) if needs[2] else None
+    return gx, gw, gb
+
+
 class _OneDNNLinear(torch.autograd.Function):
-    """x [M,K] @ w [K,N] + b [N] (the GPT-2 Conv1D layout) through oneDNN's matmul;
-    backward: grad_x through oneDNN, grad_w through torch.mm (MKL)."""
+    """x [M,K] @ w [K,N] + b through oneDNN's matmul (CPU_MATMUL=onednn, with gradients)."""
 
     @staticmethod
     def forward(ctx, x, w, b):
@@ -142,31 +165,7 @@ class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy):
         x, w = ctx.saved_tensors
-        gx = _dnn(gy, w, None) if ctx.needs_input_grad[0] else None
-        gw = torch.mm(x.t(), gy) if ctx.needs_input_grad[1] else None
-        gb = gy.sum(0) if ctx.needs_input_grad[2] else None
-        return gx, gw, gb
-
-
-def _train_product(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """x [M,K] @ w [K,N] + b as a product with gradients is taken (the library of
-    CPU_MATMUL), for the autograd Functions below (which run it without a graph)."""
-    if ONEDNN and CPU_MATMUL == "onednn" and x.device.type == "cpu" and x.dtype == torch.float32:
-        return _dnn(x, w.t(), b)
-    return _blas(x, w, b)
-
-
-def _train_product_grads(x: Tensor, w: Tensor, gy: Tensor, needs: tuple[bool, bool, bool]
-                         ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Gradients of x @ w + b for gy: (x, w, b), None where not needed."""
-    gx = None
-    if needs[0]:
-        onednn = ONEDNN and CPU_MATMUL == "onednn" and gy.device.type == "cpu" \
-            and gy.dtype == torch.float32
-        gx = _dnn(gy, w, None) if onednn else gy @ w.t()
-    gw = torch.mm(x.t(), gy) if needs[1] else None
-    gb = gy.sum(0) if needs[2] else None
-    return gx, gw, gb
+        return _train_product_grads(x, w, gy, ctx.needs_input_grad)
 
 
 class _NormLinear(torch.autograd.Function):
@@ -233,7 +232,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
             torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
         if gelu or CPU_MATMUL == "onednn" or x.shape[0] >= BLAS_DNN_MIN_ROWS:
             return _dnn(x, w.t(), b, gelu)
-    if cpu32 and CPU_MATMUL == "onednn":  # with gradients
+    if _trains_in_onednn(x):  # with gradients
         y = _OneDNNLinear.apply(x, w, b)
     else:
         y = _blas(x, w, b)
@@ -267,40 +266,33 @@ def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
           recompute: bool = False) -> Tensor:
     """One GPT-2 block: x [N,S,C] -> [N,S,C]. attend(q, k, v) with q, k, v [N,H,S,D]
     returns the attention output [N,H,S,D] (it owns masking, caches and prefixes).
-    packed: pack_weights' copies (no-grad decoding). recompute: with gradients, keep
-    fewer activations for the backward (`_block_recomputing`)."""
-    n, s, c = x.shape
-    n_head = blk.attn.num_heads
-    attn, mlp = blk.attn, blk.mlp
-    if recompute and packed is None and torch.is_grad_enabled():
-        return _block_recomputing(x, blk, attend)
-    h = F.layer_norm(x, (c,), blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps)
-    qkv = linear(h.reshape(-1, c), attn.c_attn.weight, attn.c_attn.bias, packed=packed)
-    q, k, v = qkv.view(n, s, 3, n_head, c // n_head).permute(2, 0, 3, 1, 4)
-    att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
-    x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed).view(n, s, c)
-    h = F.layer_norm(x, (c,), blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps).reshape(-1, c)
-    h = linear(h, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True, packed=packed)
-    return x + linear(h, mlp.c_proj.weight, mlp.c_proj.bias, packed=packed).view(n, s, c)
+    packed: pack_weights' copies (no-grad decoding).
 
-
-def _block_recomputing(x: Tensor, blk, attend: Attend) -> Tensor:
-    """block's maths with gradients, keeping fewer activations for the backward: the
-    normed inputs (2 x C a token) and the GELU output (4C) are recomputed there
-    (_NormLinear, _GeluLinear), of ~17C a layer keeps otherwise. GPT-2-small shape (2 x 8 x 64,
-    one chunk of 573 tokens): 424 -> 302 MB kept; the update 2.7% slower (in-process A/B,
+    recompute (with gradients): keep fewer activations for the backward. The normed
+    inputs (2 x C a token) and the GELU output (4C) are recomputed there (_NormLinear,
+    _GeluLinear), of ~17C a layer keeps otherwise. GPT-2-small shape (2 x 8 x 64, one
+    chunk of 573 tokens): 424 -> 302 MB kept; the update 2.7% slower (in-process A/B,
     11.34 vs 11.04 s), 6% at a 4-layer, 256-wide model, where elementwise passes weigh
     more beside the products (1.13 vs 1.06 s)."""
     n, s, c = x.shape
     attn, mlp, ln_1, ln_2 = blk.attn, blk.mlp, blk.ln_1, blk.ln_2
-    qkv = _NormLinear.apply(x.reshape(-1, c), ln_1.weight, ln_1.bias, ln_1.eps,
-                            attn.c_attn.weight, attn.c_attn.bias)
+    lean = recompute and packed is None and torch.is_grad_enabled()
+
+    def norm_linear(x, ln, lin, gelu=False):  # layer_norm(x) @ lin (+ GELU unless lean)
+        if lean:
+            return _NormLinear.apply(x.reshape(-1, c), ln.weight, ln.bias, ln.eps,
+                                     lin.weight, lin.bias)
+        h = F.layer_norm(x, (c,), ln.weight, ln.bias, ln.eps).reshape(-1, c)
+        return linear(h, lin.weight, lin.bias, gelu=gelu, packed=packed)
+    qkv = norm_linear(x, ln_1, attn.c_attn)
     q, k, v = qkv.view(n, s, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
     att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
-    x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias).view(n, s, c)
-    a = _NormLinear.apply(x.reshape(-1, c), ln_2.weight, ln_2.bias, ln_2.eps,
-                          mlp.c_fc.weight, mlp.c_fc.bias)
-    return x + _GeluLinear.apply(a, mlp.c_proj.weight, mlp.c_proj.bias).view(n, s, c)
+    x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed).view(n, s, c)
+    h = norm_linear(x, ln_2, mlp.c_fc, gelu=True)
+    proj = mlp.c_proj
+    out = _GeluLinear.apply(h, proj.weight, proj.bias) if lean \
+        else linear(h, proj.weight, proj.bias, packed=packed)
+    return x + out.view(n, s, c)
 
 
 def lm_head(model, hidden: Tensor, packed: Packed | None = None) -> Tensor:
