@@ -120,13 +120,14 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
 
     With glibc's moving threshold, the update's freed activations and gradients stay
     resident as heap holes beside the weights, reference and optimiser state: at the
-    GPT-2-small shape (86M parameters, 2 x 8 x 64) the process peaked at 2,711 MB. With
+    GPT-2-small shape (86M parameters, 2 x 8 x 64) the process peaked at 2,726 MB. With
     1024 KiB during the update only (the rollout at 32 MiB, where glibc's threshold ends
-    up anyway), 2,452 MB, and the update's blocks there are 2-9 MiB, so faulting fresh
-    pages cost nothing measurable (in-process A/B, update 11.48 vs 11.53 s). For a 3.2M-
-    parameter model it cost ~5% of the update (1.28 vs 1.21 s) to save nothing that
-    matters (0.58 GB, mostly libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up,
-    else 0. The same threshold for the whole process (session 4) cost 6-20% of the step
+    up anyway), 2,535 MB (2,711 -> 2,452 with recompute_activations). The update's blocks
+    there are 2-9 MiB, so faulting fresh pages cost nothing measurable (in-process A/B,
+    update 11.48 vs 11.53 s, then 10.85 vs 11.13 s). For a 3.2M-parameter model it cost
+    ~5% of the update (1.28 vs 1.21 s) to save nothing that matters (0.58 GB, mostly
+    libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0. The same threshold
+    for the whole process (session 4) cost 6-20% of the step
     (benchmarks/README.md)."""
     if setting == "auto":
         return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
