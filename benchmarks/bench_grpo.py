@@ -265,14 +265,16 @@ def main() -> None:
 
     cal_before = calibrate()
     ctx = mp.get_context("spawn")
-    workers = {}
+    workers, ready = {}, {}
     for name, fn in (("rookworld", rookworld_worker), ("trl", trl_worker)):
         if a.impl in ("both", name):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=fn, args=(a, child), daemon=True)
             proc.start()
             workers[name] = (proc, parent)
-    ready = {name: conn.recv() for name, (_, conn) in workers.items()}
+            # one set-up at a time: rookworld measures its matrix library at import, and
+            # neither should start beside the other's model building
+            ready[name] = parent.recv()
     rows = {name: [] for name in workers}
     names = list(workers)
     for i in range(a.warmup + a.steps):

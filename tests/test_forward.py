@@ -43,12 +43,12 @@ def test_cpu_matmul_choice(monkeypatch, value, vendor, want):
 
 
 def test_measured_choice_picks_by_the_margin(monkeypatch):
-    """mkl only when oneDNN takes at least `margin` times MKL's time on the product."""
+    """onednn only when MKL takes at least `margin` times oneDNN's time on the product."""
     if not forward.ONEDNN:
         pytest.skip("torch built without oneDNN")
     assert forward._measured_choice(rows=8, width=16) in ("mkl", "onednn")
-    assert forward._measured_choice(rows=8, width=16, margin=0.0) == "mkl"
-    assert forward._measured_choice(rows=8, width=16, margin=float("inf")) == "onednn"
+    assert forward._measured_choice(rows=8, width=16, margin=0.0) == "onednn"
+    assert forward._measured_choice(rows=8, width=16, margin=float("inf")) == "mkl"
 
 
 def test_cpu_matmul_rejects_unknown_values(monkeypatch):
