@@ -19,7 +19,9 @@ is fastest depends on the machine, not only its vendor: on one AMD EPYC oneDNN w
 faster than MKL's sgemm; on an Intel Xeon MKL beat packed oneDNN at the 32-row products of
 decoding and was within 10% either way at 256-2048 rows; on an older AVX2 EPYC (Zen 1)
 MKL ran 64-80 GFLOP/s where oneDNN over GPT-2's transposed Conv1D weight ran 35-50 at
-768 wide (equal at 256), so non-Intel machines measure the two once (`_measured_choice`).
+768 wide (equal at 256); on a Zen 3 EPYC oneDNN's time for one product varied 2x between
+processes, MKL's did not. So non-Intel machines measure the two once (`_measured_choice`)
+and take oneDNN only when it is clearly faster.
 Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was
 measured and left out: on the first EPYC the compiled training pass ran no faster than
 eager MKL (0.86 s vs 0.87 s CPU for a 4-layer step, 63 s to compile) and 15% slower than
