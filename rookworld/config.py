@@ -60,6 +60,7 @@ _INT_RULES = {  # key: (minimum, why)
     "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
     "sweep.replicas": (1, "an integer >= 1"),
 }
+_AUTO_OR_INT_KEYS = {"micro_batch": "whole batch", "mmap_threshold_kib": "glibc's default"}
 _BOOL_KEYS = ("dry_run", "reference.enabled", "release_memory", "recompute_activations")
 
 
@@ -74,14 +75,10 @@ def validate(cfg: DictConfig) -> None:
         v = _get(cfg, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ConfigError(f"{key} must be {rule}, got {v!r}")
-    mb = cfg.micro_batch
-    if mb != "auto" and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 0):
-        raise ConfigError(f"micro_batch must be auto or an integer >= 0 (0 = whole batch), "
-                          f"got {mb!r}")
-    mt = cfg.mmap_threshold_kib
-    if mt != "auto" and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 0):
-        raise ConfigError(f"mmap_threshold_kib must be auto or an integer >= 0 (0 = glibc's "
-                          f"default), got {mt!r}")
+    for key, zero in _AUTO_OR_INT_KEYS.items():
+        v = _get(cfg, key)
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ConfigError(f"{key} must be auto or an integer >= 0 (0 = {zero}), got {v!r}")
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")

@@ -14,7 +14,7 @@ import math
 import resource
 import time
 from collections import defaultdict
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -115,6 +115,20 @@ ROLLOUT_MMAP_KIB = 32 * 1024  # glibc's own ceiling for its moving threshold (64
 AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS = 1024, 50_000_000
 
 
+@contextmanager
+def mmap_threshold_during(kib: int):
+    """Set the mmap threshold to kib KiB for the block, then back to ROLLOUT_MMAP_KIB (also
+    when the block raises); kib 0 leaves glibc alone."""
+    if not kib:
+        yield
+        return
+    set_mmap_threshold(kib)
+    try:
+        yield
+    finally:
+        set_mmap_threshold(ROLLOUT_MMAP_KIB)
+
+
 def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
 
@@ -123,8 +137,9 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     GPT-2-small shape (86M parameters, 2 x 8 x 64) the process peaked at 2,726 MB. With
     1024 KiB during the update only (the rollout at 32 MiB, where glibc's threshold ends
     up anyway), 2,535 MB (2,711 -> 2,452 with recompute_activations). The update's blocks
-    there are 2-9 MiB, so faulting fresh pages cost nothing measurable (in-process A/B,
-    update 11.48 vs 11.53 s, then 10.85 vs 11.13 s). For a 3.2M-parameter model it cost
+    there are 2-9 MiB; faulting their fresh pages cost nothing measurable on a Zen 1 EPYC
+    (in-process A/B, update 11.48 vs 11.53 s, then 10.85 vs 11.13 s) but 13% of the update
+    on a Zen 3 EPYC (6.08 vs 5.37 s), kept for the memory. For a 3.2M-parameter model it cost
     ~5% of the update (1.28 vs 1.21 s) to save nothing that matters (0.58 GB, mostly
     libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0. The same threshold
     for the whole process (session 4) cost 6-20% of the step
@@ -397,13 +412,35 @@ class GRPOEngine:
         beta = self.kl.coef(step)
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         slices = self._micro_slices(b.rollout)
-        if self.update_mmap_kib:
-            set_mmap_threshold(self.update_mmap_kib)
-        try:
-            agg, later, it, total, grad_norm, skipped = self._iterate(b, slices, beta, world)
-        finally:
-            if self.update_mmap_kib:
-                set_mmap_threshold(ROLLOUT_MMAP_KIB)
+        agg, later = defaultdict(float), defaultdict(float)
+        skipped = 0
+        with mmap_threshold_during(self.update_mmap_kib):
+            for it in range(self.num_iterations):
+                self.optimizer.zero_grad(set_to_none=True)
+                total = 0.0
+                for j, rows in enumerate(slices):
+                    w = self._weight(b, rows)
+                    with self._no_sync(j < len(slices) - 1):
+                        loss, parts = self._loss(b, rows, beta)
+                        (loss * (w * world)).backward()
+                    total += float(loss.detach()) * w
+                    for k, v in parts.items():
+                        if it == 0:
+                            agg[k] += float(v) * w
+                        elif k in RATIO_STATS:  # measured after the policy moved: not all 1
+                            later[k] += float(v) * w
+                if self.dist:
+                    total = self.dist.sum_floats({"total": total})["total"]
+                    if it == 0:
+                        agg = defaultdict(float, self.dist.sum_floats(agg))
+                grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
+                if not (math.isfinite(total) and math.isfinite(grad_norm)):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    scale_lr(self.scheduler, self.nan_lr_backoff)
+                    skipped = 1
+                    break
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
         done = it + 1  # iterations whose ratio stats were gathered
         if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
             if self.dist:
@@ -429,40 +466,6 @@ class GRPOEngine:
             m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
                                                           1e-12)
         return m
-
-    def _iterate(self, b: Batch, slices: list[slice], beta: float, world: int):
-        """num_iterations optimiser steps over the micro-batches; returns (stats of the
-        first iteration, ratio stats of later ones, last iteration, loss, grad norm,
-        skipped)."""
-        agg, later = defaultdict(float), defaultdict(float)
-        skipped = 0
-        for it in range(self.num_iterations):
-            self.optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for j, rows in enumerate(slices):
-                w = self._weight(b, rows)
-                with self._no_sync(j < len(slices) - 1):
-                    loss, parts = self._loss(b, rows, beta)
-                    (loss * (w * world)).backward()
-                total += float(loss.detach()) * w
-                for k, v in parts.items():
-                    if it == 0:
-                        agg[k] += float(v) * w
-                    elif k in RATIO_STATS:  # measured after the policy moved: not all 1
-                        later[k] += float(v) * w
-            if self.dist:
-                total = self.dist.sum_floats({"total": total})["total"]
-                if it == 0:
-                    agg = defaultdict(float, self.dist.sum_floats(agg))
-            grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
-            if not (math.isfinite(total) and math.isfinite(grad_norm)):
-                self.optimizer.zero_grad(set_to_none=True)
-                scale_lr(self.scheduler, self.nan_lr_backoff)
-                skipped = 1
-                break
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
-        return agg, later, it, total, grad_norm, skipped
 
     def _weight(self, b: Batch, rows: slice) -> float:
         """Share of the aggregator's normaliser held by these rows, so summed

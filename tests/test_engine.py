@@ -213,7 +213,7 @@ def test_update_puts_the_threshold_back_when_it_fails(engine_and_pools, monkeypa
     monkeypatch.setattr(engine_mod, "set_mmap_threshold", calls.append)
     engine.update_mmap_kib = 2048
     batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
-    monkeypatch.setattr(engine, "_iterate", lambda *a: 1 / 0)
+    monkeypatch.setattr(engine.optimizer, "zero_grad", lambda **k: 1 / 0)  # inside the update
     with pytest.raises(ZeroDivisionError):
         engine.update(batch, 0)
     assert calls == [2048, 32768]
