@@ -263,8 +263,10 @@ def pack_weights(model, rows: int) -> Packed | None:
             lins = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj) if every \
                 else (blk.mlp.c_fc,)
             for lin in lins:
-                out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(
-                    lin.weight.t().contiguous(), rows)
+                # oneDNN reorders straight from the transposed view (same packed
+                # result as from a contiguous copy, without making that copy)
+                out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(lin.weight.t(),
+                                                                              rows)
         if every:
             out[id(model.lm_head.weight)] = torch.ops.mkldnn._reorder_linear_weight(
                 model.lm_head.weight.contiguous(), rows)
