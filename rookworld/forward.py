@@ -25,7 +25,9 @@ and take oneDNN only when it is clearly faster.
 Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was
 measured and left out: on the first EPYC the compiled training pass ran no faster than
 eager MKL (0.86 s vs 0.87 s CPU for a 4-layer step, 63 s to compile) and 15% slower than
-eager oneDNN, and inductor cannot lower oneDNN's linear over weights that train. Also
+eager oneDNN, and inductor cannot lower oneDNN's linear over weights that train; compiling
+the decoding step (unpacked, as inductor cannot lower the packed products either) took 58 s
+and then sampled 6x slower than eager on a Zen 3 EPYC. Also
 measured on the Xeon and left out (no gain, benchmarks/README.md): an attention that meets
 each prompt's keys once per group instead of gathering them per row. Recomputing layer
 norms and GELUs in backward (`recompute`) saves memory for time, so it is an option.
