@@ -78,7 +78,8 @@ def overrides(a) -> list[str]:
             f"micro_batch={a.micro_batch}", "reward=graduated",
             f"release_memory={str(a.release_memory).lower()}",
             f"mmap_threshold_kib={a.mmap_threshold_kib}",
-            f"recompute_activations={str(a.recompute_activations).lower()}"]
+            f"recompute_activations={str(a.recompute_activations).lower()}",
+            f"rollout_tape_mib={a.rollout_tape_mib}"]
 
 
 def prompt_draws(a):
@@ -118,7 +119,9 @@ def rookworld_worker(a, conn) -> None:
         m = batch.metrics | engine.update(batch, step)
         out = {"step_s": time.perf_counter() - t0, "tokens": m["sample/tokens"],
                "prompt_tokens": float(batch.rollout.prompt_mask.sum()),
-               "micro_batches": m["optim/micro_batches"], **{k: m[f"time/{k}"] for k in PHASES}}
+               "micro_batches": m["optim/micro_batches"],
+               "reused": bool(m["optim/rollout_forward_reused"]),
+               **{k: m[f"time/{k}"] for k in PHASES}}
         out["rss_mb"] = peak_memory_mb()
         conn.send(out)
         step += 1
@@ -228,7 +231,8 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
         "calibration_gflops": cal,
     } | ({"micro_batch": a.micro_batch, "micro_batches": rows[0]["micro_batches"],
           "mmap_threshold_kib": a.mmap_threshold_kib,
-          "recompute_activations": a.recompute_activations}
+          "recompute_activations": a.recompute_activations,
+          "rollout_tape_mib": a.rollout_tape_mib, "rollout_forward_reused": rows[0]["reused"]}
          if "micro_batches" in rows[0] else {})
 
 
@@ -255,6 +259,9 @@ def main() -> None:
     p.add_argument("--recompute-activations", action="store_true",
                    help="rookworld recompute_activations=true (layer norms and GELUs "
                         "recomputed in backward: less memory, slower update)")
+    p.add_argument("--rollout-tape-mib", type=int, default=512,
+                   help="rookworld rollout_tape_mib: the update differentiates the rollout's "
+                        "kept forward when it fits in this many MiB (0 = runs its own)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")

@@ -53,6 +53,7 @@ _INT_RULES = {  # key: (minimum, why)
     "prompts_per_step": (1, "an integer >= 1"),
     "num_generations": (2, "an integer >= 2 (a group of one has no advantage)"),
     "micro_batch_tokens": (1, "an integer >= 1"),
+    "rollout_tape_mib": (0, "an integer >= 0 (0 = the update always runs its own forward)"),
     "eval_every": (0, "an integer >= 0"),
     "checkpoint_every": (0, "an integer >= 0"),
     "examples_to_log": (0, "an integer >= 0"),

@@ -51,6 +51,28 @@ class DistContext:
         dist.all_reduce(y, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
         return y
 
+    def average_gradients(self, params, bucket_bytes: int = 1 << 25) -> None:
+        """Replace each parameter's .grad by its mean over the ranks (gradients computed
+        outside DistributedDataParallel's forward, e.g. from a `tape.Tape`), in flat
+        buckets of about bucket_bytes: one all-reduce each, not one a tensor. Every rank
+        must pass the same parameters; a missing .grad counts as zeros."""
+        params = [p for p in params if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        bucket: list = []
+        for i, p in enumerate(params):
+            bucket.append(p.grad)
+            if sum(g.nbytes for g in bucket) >= bucket_bytes or i == len(params) - 1:
+                flat = torch.cat([g.reshape(-1) for g in bucket])
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+                flat /= self.world
+                offset = 0
+                for g in bucket:
+                    g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                    offset += g.numel()
+                bucket = []
+
     def combine_metrics(self, m: dict) -> dict:
         """Each rank's float metrics -> one dict, the same on every rank: the mean over
         the ranks that report a key (the maximum for keys ending in _max)."""

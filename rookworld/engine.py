@@ -14,6 +14,7 @@ import math
 import resource
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from . import grpo
 from .chess_tasks import Sample
 from .distributed import DistContext
-from .forward import CompletionLogits, completion_logprobs, logprob_chunk_rows
+from .forward import CompletionLogits, completion_logprobs, final_norm, lm_head, logprob_chunk_rows
 from .lr import scale_lr
 from .sampling import Rollout, SamplingSettings, sample
 
@@ -71,6 +72,7 @@ def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) 
         out.completion_mask[idx, :rt] = r.completion_mask
         out.logprobs[idx, :rt] = r.logprobs
         out.truncated[idx] = r.truncated
+        out.tapes += [(idx[local], tape) for local, tape in r.tapes]
     return out
 
 
@@ -201,7 +203,12 @@ class GRPOEngine:
     from this size up get their own mappings, returned to the OS when freed; the rollout
     runs at ROLLOUT_MMAP_KIB (`update_mmap_threshold`; auto: by model size; 0 = glibc's
     default throughout); recompute_activations: the update's forward keeps fewer
-    activations and recomputes layer norms and GELUs in backward (`forward.block`).
+    activations and recomputes layer norms and GELUs in backward (`forward.block`);
+    rollout_tape_mib: sampling keeps its forward (`tape.Tape`) when it fits in this many
+    MiB, and the update's first iteration differentiates it, running a third of the
+    policy's forward instead of all of it (0 = always all of it; under DDP the ranks'
+    gradients are then averaged by `DistContext.average_gradients`, as DDP's hooks only
+    follow its own forward).
     """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
@@ -212,7 +219,8 @@ class GRPOEngine:
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
-                 mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False):
+                 mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
+                 rollout_tape_mib: int = 512):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -245,6 +253,7 @@ class GRPOEngine:
         self.optimizer, self.scheduler = optim.build(
             [p for p in self.model.parameters() if p.requires_grad], total_steps)
         self.nan_lr_backoff = nan_lr_backoff
+        self.tape_budget = rollout_tape_mib * 2**20
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -255,12 +264,16 @@ class GRPOEngine:
     def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
         rows = [s for s in samples for _ in range(self.G)]
         parts, temps = [], torch.ones(len(rows), device=self.device)
+        budget = self.tape_budget  # shared by the tasks' tapes
         for salt, task in enumerate(sorted({s.task for s in rows})):
             idx = [i for i, s in enumerate(rows) if s.task == task]
             settings = self.sampling[task]
             prompts = [self.policy.encode_prompt(rows[i].prompt) for i in idx]
-            parts.append((idx, sample(self.model, prompts, settings, self.policy.eos_id,
-                                      self._generator(step, salt))))
+            r = sample(self.model, prompts, settings, self.policy.eos_id,
+                       self._generator(step, salt), tape_budget=budget)
+            # a task without its tape: no later one keeps one (the update uses all or none)
+            budget = budget - sum(tape.nbytes for _, tape in r.tapes) if r.tapes else 0
+            parts.append((idx, r))
             temps[idx] = settings.temperature or 1.0
         return merge_rollouts(parts, len(rows), self.policy.eos_id), temps
 
@@ -373,8 +386,40 @@ class GRPOEngine:
         n, size = r.completion_ids.shape[0], self._chunk_rows(r)
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _loss(self, b: Batch, rows: slice, beta: float):
-        logits = self._forward(b, rows)
+    def _tape_chunks(self, b: Batch) -> list[tuple[slice, Callable[[], Tensor]]]:
+        """(rows, logits()) for the update's chunks (`_micro_slices`, the same rows) from
+        the rollout's tapes, [] unless every row has one: the logits come from the kept
+        final residuals (final norm and output matrix with gradients) and
+        `_backward_tapes` then takes the blocks."""
+        r = b.rollout
+        n, width = r.completion_ids.shape
+        if sum(len(rows) for rows, _ in r.tapes) != n:
+            return []
+        for _, tape in r.tapes:
+            tape.leaf = tape.final()
+
+        def logits(rows: slice) -> Tensor:
+            first = r.tapes[0][1].leaf
+            hidden = first.new_zeros(rows.stop - rows.start, width, first.shape[1])
+            for idx, tape in r.tapes:  # idx: the tape's rows in the batch
+                inside = (idx >= rows.start) & (idx < rows.stop)
+                if bool(inside.any()):
+                    part = tape.hidden(tape.leaf, inside.nonzero().squeeze(1))
+                    hidden[idx[inside] - rows.start, :part.shape[1]] = part  # rest: masked
+            out = lm_head(self.model, final_norm(self.model, hidden)).float()
+            return out / b.temperature[rows, None, None]
+        return [(rows, functools.partial(logits, rows)) for rows in self._micro_slices(r)]
+
+    def _backward_tapes(self, b: Batch) -> None:
+        for _, tape in b.rollout.tapes:
+            d_final, tape.leaf = tape.leaf.grad, None
+            tape.backward(self.model, d_final)
+        if self.dist:  # the loss was scaled by world, as for DDP's mean
+            self.dist.average_gradients(self.model.parameters())
+
+    def _loss(self, b: Batch, rows: slice, beta: float,
+              logits_fn: Callable[[], Tensor] | None = None):
+        logits = logits_fn() if logits_fn else self._forward(b, rows)
         ids, mask = b.rollout.completion_ids[rows], b.loss_mask[rows]
         logp = grpo.token_logprobs(logits, ids)
         pg, stats = self.loss(logp, b.rollout.logprobs[rows], b.advantages[rows], mask)
@@ -412,16 +457,19 @@ class GRPOEngine:
         beta = self.kl.coef(step)
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         slices = self._micro_slices(b.rollout)
+        # the first iteration differentiates the policy that sampled: its kept forward
+        taped = self._tape_chunks(b) if self.tape_budget else []
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         with mmap_threshold_during(self.update_mmap_kib):
             for it in range(self.num_iterations):
                 self.optimizer.zero_grad(set_to_none=True)
                 total = 0.0
-                for j, rows in enumerate(slices):
+                chunks = taped if it == 0 and taped else [(rows, None) for rows in slices]
+                for j, (rows, logits_fn) in enumerate(chunks):
                     w = self._weight(b, rows)
-                    with self._no_sync(j < len(slices) - 1):
-                        loss, parts = self._loss(b, rows, beta)
+                    with self._no_sync(j < len(chunks) - 1):
+                        loss, parts = self._loss(b, rows, beta, logits_fn)
                         (loss * (w * world)).backward()
                     total += float(loss.detach()) * w
                     for k, v in parts.items():
@@ -429,6 +477,9 @@ class GRPOEngine:
                             agg[k] += float(v) * w
                         elif k in RATIO_STATS:  # measured after the policy moved: not all 1
                             later[k] += float(v) * w
+                if it == 0 and taped:
+                    self._backward_tapes(b)
+                    b.rollout.tapes = []  # its memory goes back before any later iteration
                 if self.dist:
                     total = self.dist.sum_floats({"total": total})["total"]
                     if it == 0:
@@ -460,6 +511,7 @@ class GRPOEngine:
         m = dict(agg)
         m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
                   "optim/lr": lr, "optim/micro_batches": len(slices),
+                  "optim/rollout_forward_reused": float(bool(taped)),
                   "guard/nan_skipped": skipped,
                   "time/update_s": time.perf_counter() - t0})
         if "loss/kl" in m:

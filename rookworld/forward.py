@@ -31,6 +31,10 @@ and then sampled 6x slower than eager on a Zen 3 EPYC. Also
 measured on the Xeon and left out (no gain, benchmarks/README.md): an attention that meets
 each prompt's keys once per group instead of gathering them per row. Recomputing layer
 norms and GELUs in backward (`recompute`) saves memory for time, so it is an option.
+
+`block` can hand its activations to a `tape.Tape` while sampling, and `replay_attention`
+and `replay_mlp` differentiate a block from them, running only one of its four matrix
+products again (the update then skips two thirds of the policy's forward).
 """
 
 from __future__ import annotations
@@ -275,11 +279,18 @@ def pack_weights(model, rows: int) -> Packed | None:
     return out
 
 
+Keep = Callable[[str, Tensor], None]
+
+
 def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
-          recompute: bool = False) -> Tensor:
+          recompute: bool = False, keep: Keep | None = None) -> Tensor:
     """One GPT-2 block: x [N,S,C] -> [N,S,C]. attend(q, k, v) with q, k, v [N,H,S,D]
     returns the attention output [N,H,S,D] (it owns masking, caches and prefixes).
     packed: pack_weights' copies (no-grad decoding).
+
+    keep(kind, value) (no-grad, `tape.Tape`): receives the block's input "x" [N,S,C],
+    its attention input product "qkv" [N*S,3C] and the residual after attention "xm"
+    [N,S,C], what `replay_attention` and `replay_mlp` differentiate it from.
 
     recompute (with gradients): keep fewer activations for the backward. The normed
     inputs (2 x C a token) and the GELU output (4C) are recomputed there (_NormLinear,
@@ -298,14 +309,62 @@ def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
         h = F.layer_norm(x, (c,), ln.weight, ln.bias, ln.eps).reshape(-1, c)
         return linear(h, lin.weight, lin.bias, gelu=gelu, packed=packed)
     qkv = norm_linear(x, ln_1, attn.c_attn)
+    if keep:
+        keep("x", x)
+        keep("qkv", qkv)
     q, k, v = qkv.view(n, s, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
     att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
     x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed).view(n, s, c)
+    if keep:
+        keep("xm", x)
     h = norm_linear(x, ln_2, mlp.c_fc, gelu=True)
     proj = mlp.c_proj
     out = _GeluLinear.apply(h, proj.weight, proj.bias) if lean \
         else linear(h, proj.weight, proj.bias, packed=packed)
     return x + out.view(n, s, c)
+
+
+class _Replayed(torch.autograd.Function):
+    """res + x @ w + b whose value y was taken while sampling (`tape.Tape`): forward hands
+    y back without the product; backward is the product's (and the residual's)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, res, y):
+        ctx.save_for_backward(x, w)
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        n = ctx.needs_input_grad
+        gx, gw, gb = _train_product_grads(x, w, gy, n[:3])
+        return gx, gw, gb, gy if n[3] else None, None
+
+
+def replay_attention(x: Tensor, blk, attend: Attend, qkv: Tensor, xm: Tensor) -> Tensor:
+    """The attention half of `block` over M tokens x [M,C] (the input `keep` saw), its
+    products' outputs given (qkv [M,3C] and the residual after it, xm [M,C], as kept):
+    the layer norm and attention are recomputed, no matrix product is; differentiating
+    the result gives the half's gradients (attend as for `block`, on [1,H,M,D])."""
+    m, c = x.shape
+    attn, ln = blk.attn, blk.ln_1
+    h = F.layer_norm(x, (c,), ln.weight, ln.bias, ln.eps)
+    qkv = _Replayed.apply(h, attn.c_attn.weight, attn.c_attn.bias, None, qkv)
+    q, k, v = qkv.view(1, m, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
+    att = attend(q, k, v).transpose(1, 2).reshape(m, c)
+    return _Replayed.apply(att, attn.c_proj.weight, attn.c_proj.bias, x, xm)
+
+
+def replay_mlp(xm: Tensor, blk, out: Tensor) -> Tensor:
+    """The MLP half of `block` for rows xm [R,C] (the residual after attention), the
+    block's output out [R,C] given: the layer norm, the first product and the GELU are
+    run again (keeping the [R,4C] product would more than double what a tape keeps), the
+    output product is not. Rows are independent here, so any subset of a block's rows
+    can be replayed on its own."""
+    c, mlp, ln = xm.shape[1], blk.mlp, blk.ln_2
+    h = F.layer_norm(xm, (c,), ln.weight, ln.bias, ln.eps)
+    g = linear(h, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True)
+    return _Replayed.apply(g, mlp.c_proj.weight, mlp.c_proj.bias, xm, out)
 
 
 def lm_head(model, hidden: Tensor, packed: Packed | None = None) -> Tensor:
@@ -360,10 +419,12 @@ def to_rows(x: Tensor, order: Tensor, g: int) -> Tensor:
     return x.unsqueeze(1).expand(x.shape[0], g, *x.shape[1:]).reshape(-1, *x.shape[1:])
 
 
-def prompt_forward(model, ids: Tensor, mask: Tensor, on_kv: Callable[[int, Tensor, Tensor], None]
-                   ) -> Tensor:
+def prompt_forward(model, ids: Tensor, mask: Tensor, on_kv: Callable[[int, Tensor, Tensor], None],
+                   keep: Callable[[int], Keep] | None = None) -> Tensor:
     """Forward of left-padded prompts ids/mask [U,P]; on_kv(layer, k, v) receives every
-    layer's keys/values [U,H,P,D]. Returns the final-normed last-position hidden [U,C]."""
+    layer's keys/values [U,H,P,D]; keep(layer) gives each block's `keep` (keep(n_layer)
+    receives the final residual as "x"). Returns the final-normed last-position hidden
+    [U,C]."""
     tr = model.transformer
     x = tr.wte(ids) + tr.wpe(positions_from_mask(mask))
     attn_mask = prefill_mask(mask)
@@ -371,8 +432,44 @@ def prompt_forward(model, ids: Tensor, mask: Tensor, on_kv: Callable[[int, Tenso
         def attend(q, k, v, i=i):
             on_kv(i, k, v)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        x = block(x, blk, attend)
+        x = block(x, blk, attend, keep=keep(i) if keep else None)
+    if keep:
+        keep(len(tr.h))("x", x)
     return final_norm(model, x[:, -1])
+
+
+def prompt_completion_attention(u_mask: Tensor, row_mask: Tensor, order: Tensor, g: int,
+                                s: int, time_major: bool = False) -> Attend:
+    """attend(q, k, v) for [1,H,M,D] tokens: first the distinct prompts' U x P tokens
+    (u_mask [U,P]), then N x s completion tokens (row n's token j at n*s + j; time_major:
+    at j*N + n); rows map to prompts by group_order's (order, g), row_mask [N,P] is their
+    prompt mask. Prompts attend causally among themselves, completions over their
+    group's prompt and their own earlier tokens."""
+    u, p = u_mask.shape
+    n, mp = row_mask.shape[0], u * p
+    prompt_attn = prefill_mask(u_mask)
+    causal = torch.ones(s, s, dtype=torch.bool, device=u_mask.device).tril()
+    attn_mask = torch.cat([row_mask.bool()[:, None, None, :].expand(n, 1, s, p),
+                           causal.expand(n, 1, s, s)], dim=-1)
+
+    def completions(z):  # [H, N*s, D] -> [N,H,s,D] (a view)
+        return z.unflatten(1, (s, n)).permute(2, 0, 1, 3) if time_major \
+            else z.unflatten(1, (n, s)).transpose(0, 1)
+
+    def attend(q, k, v):  # [1,H,M,D] each -> [1,H,M,D]
+        def split(z):  # -> prompts [U,H,P,D], completions [N,H,s,D] (views)
+            return z[0, :, :mp].unflatten(1, (u, p)).transpose(0, 1), completions(z[0, :, mp:])
+        (qp, qc), (kp, kc), (vp, vc) = split(q), split(k), split(v)
+        out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=prompt_attn)
+        out_p = out_p.transpose(0, 1).flatten(1, 2)
+        if s == 0:
+            return out_p[None]
+        keys = torch.cat([to_rows(kp, order, g), kc], dim=2)
+        values = torch.cat([to_rows(vp, order, g), vc], dim=2)
+        out_c = F.scaled_dot_product_attention(qc, keys, values, attn_mask=attn_mask)
+        out_c = out_c.permute(1, 2, 0, 3) if time_major else out_c.transpose(0, 1)
+        return torch.cat([out_p, out_c.flatten(1, 2)], dim=1)[None]
+    return attend
 
 
 def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
@@ -398,22 +495,7 @@ def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
     pos = prompt_mask.sum(-1, keepdim=True) + torch.arange(t - 1, device=ids.device)
     x = torch.cat([(tr.wte(uniq) + tr.wpe(positions_from_mask(u_mask))).reshape(mp, -1),
                    (tr.wte(ids) + tr.wpe(pos)).reshape(mc, -1)])[None]  # [1, M, C]
-    prompt_attn = prefill_mask(u_mask)
-    causal = torch.ones(t - 1, t - 1, dtype=torch.bool, device=ids.device).tril()
-    attn_mask = torch.cat([prompt_mask.bool()[:, None, None, :].expand(n, 1, t - 1, p),
-                           causal.expand(n, 1, t - 1, t - 1)], dim=-1)
-
-    def attend(q, k, v):  # [1,H,M,D] each -> [1,H,M,D]
-        def split(z):  # -> prompts [U,H,P,D], completions [N,H,T-1,D] (views)
-            return (z[0, :, :mp].unflatten(1, (u, p)).transpose(0, 1),
-                    z[0, :, mp:].unflatten(1, (n, t - 1)).transpose(0, 1))
-        (qp, qc), (kp, kc), (vp, vc) = split(q), split(k), split(v)
-        out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=prompt_attn)
-        keys = torch.cat([to_rows(kp, order, g), kc], dim=2)
-        values = torch.cat([to_rows(vp, order, g), vc], dim=2)
-        out_c = F.scaled_dot_product_attention(qc, keys, values, attn_mask=attn_mask)
-        return torch.cat([out_p.transpose(0, 1).flatten(1, 2),
-                          out_c.transpose(0, 1).flatten(1, 2)], dim=1)[None]
+    attend = prompt_completion_attention(u_mask, prompt_mask, order, g, t - 1)
     for blk in tr.h:
         x = block(x, blk, attend, recompute=recompute)
     last = to_rows(final_norm(model, x[0, :mp].view(u, p, -1)[:, -1]), order, g)

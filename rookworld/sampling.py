@@ -11,11 +11,15 @@ trains on exactly these sampled ids; nothing is re-tokenised.
 A GRPO batch repeats each prompt G times in a row: the prompt is run once and
 its keys/values stored once per group (`KVCache.prefix_*`); each decoding step
 meets them with the group's G queries in one product (`decode_attention`).
+
+With a tape budget the forward is kept (`tape.Tape`: every layer's input, queries and
+residual after attention, and the cache's keys and values), for the update to
+differentiate without running most of the policy's forward again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -33,6 +37,7 @@ from .forward import (
     prompt_forward,
     unique_prompts,
 )
+from .tape import Tape
 
 __all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "group_order", "left_pad",
            "per_task_settings", "positions_from_mask", "prefill_mask", "sample"]
@@ -80,6 +85,8 @@ class Rollout:
     completion_mask: Tensor
     logprobs: Tensor
     truncated: Tensor
+    # (row indices, tape): the kept forward of those rows (sample's tape_budget)
+    tapes: list[tuple[Tensor, Tape]] = field(default_factory=list)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -160,44 +167,60 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
 
 
 def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int,
-                   packed: Packed | None = None) -> Tensor:
+                   packed: Packed | None = None, tape: Tape | None = None) -> Tensor:
     """Forward of one token per row, tok/positions [N], written at completion slot t.
-    packed: pack_weights(model, N). Returns next-token logits [N,V]."""
+    packed: pack_weights(model, N); tape: keeps the step's activations. Returns
+    next-token logits [N,V]."""
     tr = model.transformer
+    keep = tape.step_keeper(t, tok, positions) if tape is not None else None
     x = (tr.wte(tok) + tr.wpe(positions))[:, None]
     for i, blk in enumerate(tr.h):
         def attend(q, k, v, i=i):
             cache.write(i, t, k, v)
             return decode_attention(q, cache, i, t)
-        x = block(x, blk, attend, packed)
+        x = block(x, blk, attend, packed, keep=keep(i) if keep else None)
+    if keep:
+        keep(len(tr.h))("x", x)
     return lm_head(model, final_norm(model, x[:, -1]), packed)
 
 
-def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int) -> tuple[Tensor, KVCache]:
+def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int, tape_budget: int = 0
+            ) -> tuple[Tensor, KVCache, Tape | None]:
     """Run each distinct prompt once; allocate the cache with its keys/values as every
-    group's prompt slots. Returns (next-token logits [N,V], cache)."""
+    group's prompt slots. tape_budget: bytes a `Tape` of the prompts and max_new - 1
+    decoding steps may take (kept, and returned, only when it fits). Returns (next-token
+    logits [N,V], cache, tape or None)."""
     uniq, u_mask, index = unique_prompts(prompt_ids, prompt_mask)
     order, g = group_order(index, uniq.shape[0])
     cfg, w = model.config, model.transformer.wte.weight
+    n, steps = prompt_ids.shape[0], max_new - 1
+    tape = None
+    if tape_budget and Tape.size(cfg, uniq.shape[0], uniq.shape[1], n, steps, order.shape[0],
+                                 w.element_size()) <= tape_budget:
+        tape = Tape(model, uniq, u_mask, order, g, n, steps)
     cache = KVCache(cfg.n_layer, prompt_ids.shape[1], max_new, g, order.shape[0], cfg.n_head,
                     cfg.n_embd // cfg.n_head, w.dtype, w.device)
     p = prompt_ids.shape[1]
+    if tape is not None:
+        tape.attach(cache)
 
     def on_kv(i, k, v):
         cache.k[i, :, :, :p] = k[order]
         cache.v[i, :, :, :p] = v[order]
-    last = prompt_forward(model, uniq, u_mask, on_kv)
+    last = prompt_forward(model, uniq, u_mask, on_kv, tape.prompt_keeper() if tape else None)
     cache.set_bias(u_mask[order])
-    return lm_head(model, last)[index], cache
+    return lm_head(model, last)[index], cache, tape
 
 
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
-           generator: torch.Generator | None = None) -> Rollout:
+           generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
     """Sample one completion per prompt (repeat prompts for G per group, rows of a
     group next to each other: their prompt is then run and stored once).
 
-    prompts: N id lists (any lengths). Returns a `Rollout` on the model's device.
+    prompts: N id lists (any lengths). tape_budget: keep the forward (`tape.Tape`, in
+    Rollout.tapes) when it takes at most this many bytes (0: never). Returns a `Rollout`
+    on the model's device.
     """
     check_gpt2(model)
     device = model.transformer.wte.weight.device
@@ -208,7 +231,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     if p + t_max > cfg.n_positions:
         raise ValueError(f"prompt ({p}) + sampler.max_new_tokens ({t_max}) exceeds the "
                          f"model's {cfg.n_positions} positions")
-    logits, cache = prefill(model, prompt_ids, prompt_mask, t_max)
+    logits, cache, tape = prefill(model, prompt_ids, prompt_mask, t_max, tape_budget)
     packed = pack_weights(model, n) if 1 < t_max and n < PACK_BELOW_ROWS else None
     next_pos = prompt_mask.sum(-1)
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
@@ -228,13 +251,16 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
         done |= ended
         if bool(done.all()) or t == t_max - 1:
             break
-        logits = decode_forward(model, tok, next_pos, cache, t, packed)
+        logits = decode_forward(model, tok, next_pos, cache, t, packed, tape)
         next_pos = next_pos + 1
     width = int(length.max())
     steps = torch.arange(width, device=device)[None, :]
     comp_mask = (steps < length[:, None]).long()
+    if tape is not None:
+        assert tape.steps == width - 1, (tape.steps, width)
     return Rollout(prompt_ids, prompt_mask, out[:, :width], comp_mask,
-                   logps[:, :width] * comp_mask, ~done)
+                   logps[:, :width] * comp_mask, ~done,
+                   [(torch.arange(n, device=device), tape)] if tape is not None else [])
 
 
 def _choose(logits: Tensor, s: SamplingSettings, generator) -> tuple[Tensor, Tensor]:

@@ -94,7 +94,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
         seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
         release_memory=cfg.release_memory, mmap_threshold_kib=cfg.mmap_threshold_kib,
-        recompute_activations=cfg.recompute_activations)
+        recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:

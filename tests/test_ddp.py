@@ -93,7 +93,9 @@ def overrides(tiny_overrides):
 
 
 @pytest.mark.slow  # two spawned processes: ~20-40 s on two cores; CI runs it with -m slow
-def test_two_ranks_equal_one_process_on_the_union(overrides, tmp_path):
+@pytest.mark.parametrize("tape_mib", [512, 0])  # ranks replay their rollout's tape / DDP's forward
+def test_two_ranks_equal_one_process_on_the_union(overrides, tmp_path, tape_mib):
+    overrides = overrides + [f"rollout_tape_mib={tape_mib}"]
     mp.spawn(_rank, args=(str(tmp_path / "rdzv"), overrides, str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     for step in range(2):
@@ -104,13 +106,15 @@ def test_two_ranks_equal_one_process_on_the_union(overrides, tmp_path):
                 {k: v for k, v in b[key].items() if not k.startswith("time/")}
         # each rank sampled its own half: 2 prompts x 3 rows, different prompts
         assert a["rollout"].completion_ids.shape[0] == 6
+        assert a["metrics"]["optim/rollout_forward_reused"] == float(tape_mib > 0)
         assert not torch.equal(a["rollout"].prompt_ids, b["rollout"].prompt_ids)
 
     # one process, same initial weights, stepping on the union of both ranks' rows
     cfg, parts, engine, pools = _engine(overrides)
     for step in range(2):
         union = _union(cfg, [ranks[r][step] for r in range(WORLD)], engine)
-        m = engine.update(union, step)
+        m = engine.update(union, step)  # the union has no tape: the policy's forward runs
+        assert m["optim/rollout_forward_reused"] == 0.0
         ddp = ranks[0][step]
         for k in ("loss/total", "loss/policy", "loss/kl", "kl/k3", "optim/grad_norm"):
             assert m[k] == pytest.approx(ddp["metrics"][k], rel=1e-4, abs=1e-7), (step, k)

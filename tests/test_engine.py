@@ -82,7 +82,8 @@ def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
 
 
 def _two_steps(overrides: list[str], keep) -> list:
-    """Two seeded steps of a tiny engine (4 prompts each); keep(batch, metrics) per step."""
+    """Two seeded steps of a tiny engine (4 prompts each); keep(batch, metrics) per step
+    (keep(batch, metrics, engine) when it takes three arguments)."""
     from rookworld.data_io import read_samples
 
     cfg = compose(overrides + ["sampler.temperature=1.5", "kl=fixed"])
@@ -94,7 +95,9 @@ def _two_steps(overrides: list[str], keep) -> list:
     out = []
     for step in range(2):
         batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
-        out.append(keep(batch, engine.update(batch, step)))
+        m = engine.update(batch, step)
+        three = keep.__code__.co_argcount == 3
+        out.append(keep(batch, m, engine) if three else keep(batch, m))
     return out
 
 
@@ -179,6 +182,38 @@ def test_recompute_activations_changes_memory_not_results(tiny_overrides):
     for a, b in zip(*runs):
         assert a[0] == b[0]
         assert a[1:] == pytest.approx(b[1:], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # GRPO defaults: both tasks (two tapes), the whole batch in one chunk
+    ["micro_batch=3", "algorithm.entropy_coef=0.01", "zero_variance=drop"],  # chunks split groups
+    ["algorithm=dapo", "algorithm.num_iterations=2", "algorithm.kl_estimator=full",
+     "micro_batch_tokens=64"],  # a second iteration runs the forward (the policy moved)
+])
+def test_rollout_tape_changes_speed_not_results(tiny_overrides, extra):
+    """The update differentiating the rollout's kept forward (rollout_tape_mib) gives the
+    same losses, KL, entropy and gradient norm as running the policy's forward again, to
+    float rounding, and the same parameters after two steps."""
+    def keep(batch, m, engine):
+        params = sum(float(p.detach().double().abs().sum()) for p in engine.model.parameters())
+        return (batch.rollout.completion_ids.tolist(), m["optim/rollout_forward_reused"],
+                [m[k] for k in ("loss/total", "optim/grad_norm", "kl/k3", "policy/entropy")],
+                params)
+    runs = [_two_steps(tiny_overrides + extra + [f"rollout_tape_mib={mib}"], keep)
+            for mib in ("512", "0")]
+    for taped, plain in zip(*runs):
+        assert taped[0] == plain[0]
+        assert (taped[1], plain[1]) == (1.0, 0.0)
+        assert taped[2] == pytest.approx(plain[2], rel=1e-4, abs=1e-6)
+        assert taped[3] == pytest.approx(plain[3], rel=1e-6)
+
+
+def test_rollout_tape_only_within_its_budget(tiny_overrides):
+    """A tape over rollout_tape_mib is not kept: the update runs the forward."""
+    got = _two_steps(tiny_overrides + ["rollout_tape_mib=1", "model.n_embd=256",
+                                       "model.n_layer=4", "model.n_head=4"],
+                     lambda batch, m: m["optim/rollout_forward_reused"])
+    assert got == [0.0, 0.0]
 
 
 def test_update_mmap_threshold_auto_goes_by_model_size():
