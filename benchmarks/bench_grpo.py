@@ -259,7 +259,7 @@ def main() -> None:
     p.add_argument("--recompute-activations", action="store_true",
                    help="rookworld recompute_activations=true (layer norms and GELUs "
                         "recomputed in backward: less memory, slower update)")
-    p.add_argument("--rollout-tape-mib", type=int, default=512,
+    p.add_argument("--rollout-tape-mib", type=int, default=256,
                    help="rookworld rollout_tape_mib: the update differentiates the rollout's "
                         "kept forward when it fits in this many MiB (0 = runs its own)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")

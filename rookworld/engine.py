@@ -220,7 +220,7 @@ class GRPOEngine:
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
                  mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
-                 rollout_tape_mib: int = 512):
+                 rollout_tape_mib: int = 256):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
