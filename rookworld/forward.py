@@ -458,7 +458,10 @@ def prompt_completion_attention(u_mask: Tensor, row_mask: Tensor, order: Tensor,
 
     def attend(q, k, v):  # [1,H,M,D] each -> [1,H,M,D]
         def split(z):  # -> prompts [U,H,P,D], completions [N,H,s,D] (views)
-            return z[0, :, :mp].unflatten(1, (u, p)).transpose(0, 1), completions(z[0, :, mp:])
+            # squeeze and split, not indexing and slicing: their backward is a
+            # concatenation, where a slice's zero-fills a whole [H,M,D] gradient per part
+            zp, zc = torch.split(z.squeeze(0), [mp, z.shape[2] - mp], dim=1)
+            return zp.unflatten(1, (u, p)).transpose(0, 1), completions(zc)
         (qp, qc), (kp, kc), (vp, vc) = split(q), split(k), split(v)
         out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=prompt_attn)
         out_p = out_p.transpose(0, 1).flatten(1, 2)
