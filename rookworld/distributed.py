@@ -61,9 +61,11 @@ class DistContext:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         bucket: list = []
+        size = 0
         for i, p in enumerate(params):
             bucket.append(p.grad)
-            if sum(g.nbytes for g in bucket) >= bucket_bytes or i == len(params) - 1:
+            size += p.grad.nbytes
+            if size >= bucket_bytes or i == len(params) - 1:
                 flat = torch.cat([g.reshape(-1) for g in bucket])
                 dist.all_reduce(flat, op=dist.ReduceOp.SUM)
                 flat /= self.world
@@ -71,7 +73,7 @@ class DistContext:
                 for g in bucket:
                     g.copy_(flat[offset:offset + g.numel()].view_as(g))
                     offset += g.numel()
-                bucket = []
+                bucket, size = [], 0
 
     def combine_metrics(self, m: dict) -> dict:
         """Each rank's float metrics -> one dict, the same on every rank: the mean over

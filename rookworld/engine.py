@@ -386,33 +386,34 @@ class GRPOEngine:
         n, size = r.completion_ids.shape[0], self._chunk_rows(r)
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _tape_chunks(self, b: Batch) -> list[tuple[slice, Callable[[], Tensor]]]:
-        """(rows, logits()) for the update's chunks (`_micro_slices`, the same rows) from
-        the rollout's tapes, [] unless every row has one: the logits come from the kept
-        final residuals (final norm and output matrix with gradients) and
+    def _tape_chunks(self, b: Batch) -> tuple[list[tuple[slice, Callable[[], Tensor]]], list]:
+        """(chunks, finals): (rows, logits()) for the update's chunks (`_micro_slices`, the
+        same rows) from the rollout's tapes, and each tape's `final()` leaf whose gradient
+        the chunks accumulate; ([], []) unless every row has a tape. The logits come from
+        the kept final residuals (final norm and output matrix with gradients);
         `_backward_tapes` then takes the blocks."""
         r = b.rollout
         n, width = r.completion_ids.shape
         if sum(len(rows) for rows, _ in r.tapes) != n:
-            return []
-        for _, tape in r.tapes:
-            tape.leaf = tape.final()
+            return [], []
+        finals = [tape.final() for _, tape in r.tapes]
 
         def logits(rows: slice) -> Tensor:
-            first = r.tapes[0][1].leaf
-            hidden = first.new_zeros(rows.stop - rows.start, width, first.shape[1])
-            for idx, tape in r.tapes:  # idx: the tape's rows in the batch
+            hidden = finals[0].new_zeros(rows.stop - rows.start, width, finals[0].shape[1])
+            for (idx, tape), final in zip(r.tapes, finals):  # idx: the tape's rows in the batch
                 inside = (idx >= rows.start) & (idx < rows.stop)
                 if bool(inside.any()):
-                    part = tape.hidden(tape.leaf, inside.nonzero().squeeze(1))
+                    part = tape.hidden(final, inside.nonzero().squeeze(1))
                     hidden[idx[inside] - rows.start, :part.shape[1]] = part  # rest: masked
             out = lm_head(self.model, final_norm(self.model, hidden)).float()
             return out / b.temperature[rows, None, None]
-        return [(rows, functools.partial(logits, rows)) for rows in self._micro_slices(r)]
+        return [(rows, functools.partial(logits, rows)) for rows in self._micro_slices(r)], finals
 
-    def _backward_tapes(self, b: Batch) -> None:
-        for _, tape in b.rollout.tapes:
-            d_final, tape.leaf = tape.leaf.grad, None
+    def _backward_tapes(self, b: Batch, finals: list) -> None:
+        """Each tape's blocks for its final leaf's gradient; the leaves are dropped first,
+        so each tape frees its final residual with its top layer."""
+        for k, (_, tape) in enumerate(b.rollout.tapes):
+            d_final, finals[k] = finals[k].grad, None
             tape.backward(self.model, d_final)
         if self.dist:  # the loss was scaled by world, as for DDP's mean
             self.dist.average_gradients(self.model.parameters())
@@ -458,7 +459,7 @@ class GRPOEngine:
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         slices = self._micro_slices(b.rollout)
         # the first iteration differentiates the policy that sampled: its kept forward
-        taped = self._tape_chunks(b) if self.tape_budget else []
+        taped, finals = self._tape_chunks(b)
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         with mmap_threshold_during(self.update_mmap_kib):
@@ -478,7 +479,7 @@ class GRPOEngine:
                         elif k in RATIO_STATS:  # measured after the policy moved: not all 1
                             later[k] += float(v) * w
                 if it == 0 and taped:
-                    self._backward_tapes(b)
+                    self._backward_tapes(b, finals)
                     b.rollout.tapes = []  # its memory goes back before any later iteration
                 if self.dist:
                     total = self.dist.sum_floats({"total": total})["total"]

@@ -68,7 +68,6 @@ class Tape:
         self.ids = torch.empty(max_steps, n, dtype=torch.long, device=w.device)
         self.pos = torch.empty(max_steps, n, dtype=torch.long, device=w.device)
         self.steps = 0  # decoding steps kept
-        self.leaf: Tensor | None = None  # final() while an update uses it
         self.nbytes = sum(t.nbytes for t in self.x + self.q + self.xm)
 
     def attach(self, cache) -> None:
@@ -132,6 +131,9 @@ class Tape:
         tr, m, s = model.transformer, self.rows, self.steps
         attend = prompt_completion_attention(self.u_mask, to_rows(self.u_mask, self.order, self.g),
                                              self.order, self.g, s, time_major=True)
+        # a group for each distinct prompt, where the cache holds its keys and values
+        first = torch.empty(self.uniq.shape[0], dtype=torch.long, device=self.order.device)
+        first[self.order] = torch.arange(self.order.shape[0], device=self.order.device)
         dx = d_final
         for i in reversed(range(len(tr.h))):
             blk = tr.h[i]
@@ -145,7 +147,7 @@ class Tape:
             del dx, xm
             with torch.enable_grad():
                 x = self.x[i][:m].detach().requires_grad_()
-                qkv = torch.cat([self.q[i][:m], *self._keys_values(i)], dim=1)
+                qkv = torch.cat([self.q[i][:m], *self._keys_values(i, first)], dim=1)
                 replay_attention(x, blk, attend, qkv, self.xm[i][:m]).backward(d_xm)
             dx = x.grad
             del x, qkv, d_xm
@@ -158,14 +160,11 @@ class Tape:
             x0.backward(dx)
         self.x[0] = None
 
-    def _keys_values(self, layer: int) -> tuple[Tensor, Tensor]:
+    def _keys_values(self, layer: int, first: Tensor) -> tuple[Tensor, Tensor]:
         """Layer's keys and values in the tape's row order, [rows, C] each, from the cache
         ([groups, H, P + slots, D]: each group's prompt, then completion token t of the
-        group's row r at slot P + t * G + r)."""
-        u, p = self.uniq.shape
-        s, n_groups = self.steps, self.order.shape[0]
-        first = torch.empty(u, dtype=torch.long, device=self.order.device)
-        first[self.order] = torch.arange(n_groups, device=self.order.device)  # a group per prompt
+        group's row r at slot P + t * G + r); first [U]: a group of each distinct prompt."""
+        (u, p), s = self.uniq.shape, self.steps
         out = []
         for z in (self.cache.k[layer], self.cache.v[layer]):
             h, d = z.shape[1], z.shape[3]

@@ -64,3 +64,16 @@ def tiny_overrides(synthetic_data):
     return TINY + [f"data.train={train}", f"data.eval={held_out}", "data.eval_per_task=4",
                    "steps=2", "prompts_per_step=2", "num_generations=2",
                    "sampler.max_new_tokens=24", "sampler.per_task.A.max_new_tokens=24"]
+
+
+@pytest.fixture(params=["onednn", "blas", "mkl"])
+def cpu_matmul(request, monkeypatch):
+    """Runs a test with each CPU matrix library (`forward.CPU_MATMUL`); modules take it
+    with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
+    from rookworld import forward
+
+    if request.param != "blas" and not forward.ONEDNN:
+        pytest.skip("torch built without oneDNN")
+    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
+    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
+    return request.param

@@ -81,9 +81,9 @@ def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
     assert m["policy/clip_frac_low"] + m["policy/clip_frac_high"] > 0
 
 
-def _two_steps(overrides: list[str], keep) -> list:
+def _two_steps(overrides: list[str], keep, with_engine: bool = False) -> list:
     """Two seeded steps of a tiny engine (4 prompts each); keep(batch, metrics) per step
-    (keep(batch, metrics, engine) when it takes three arguments)."""
+    (keep(batch, metrics, engine) with_engine)."""
     from rookworld.data_io import read_samples
 
     cfg = compose(overrides + ["sampler.temperature=1.5", "kl=fixed"])
@@ -96,8 +96,7 @@ def _two_steps(overrides: list[str], keep) -> list:
     for step in range(2):
         batch = engine.rollout(parts.task_mix.draw(pools, 4, step, 0), step)
         m = engine.update(batch, step)
-        three = keep.__code__.co_argcount == 3
-        out.append(keep(batch, m, engine) if three else keep(batch, m))
+        out.append(keep(batch, m, engine) if with_engine else keep(batch, m))
     return out
 
 
@@ -199,7 +198,7 @@ def test_rollout_tape_changes_speed_not_results(tiny_overrides, extra):
         return (batch.rollout.completion_ids.tolist(), m["optim/rollout_forward_reused"],
                 [m[k] for k in ("loss/total", "optim/grad_norm", "kl/k3", "policy/entropy")],
                 params)
-    runs = [_two_steps(tiny_overrides + extra + [f"rollout_tape_mib={mib}"], keep)
+    runs = [_two_steps(tiny_overrides + extra + [f"rollout_tape_mib={mib}"], keep, True)
             for mib in ("512", "0")]
     for taped, plain in zip(*runs):
         assert taped[0] == plain[0]

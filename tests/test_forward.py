@@ -21,14 +21,7 @@ def policy():
     return build_random(n_layer=2, n_embd=64, n_head=4, n_positions=128, seed=3)
 
 
-@pytest.fixture(params=["onednn", "blas", "mkl"], autouse=True)
-def cpu_matmul(request, monkeypatch):
-    """Every test here runs with each CPU matrix library (`forward.CPU_MATMUL`)."""
-    if request.param != "blas" and not forward.ONEDNN:
-        pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
-    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
-    return request.param
+pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (conftest)
 
 
 @pytest.mark.parametrize("value, vendor, want", [

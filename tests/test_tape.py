@@ -4,20 +4,12 @@ forward would: the same final hidden states and the same parameter gradients."""
 import pytest
 import torch
 
-from rookworld import forward
 from rookworld.forward import CompletionLogits, final_norm, lm_head
 from rookworld.model import build_random
 from rookworld.sampling import SamplingSettings, sample
 from rookworld.tape import Tape
 
-
-@pytest.fixture(params=["onednn", "blas", "mkl"], autouse=True)
-def cpu_matmul(request, monkeypatch):
-    if request.param != "blas" and not forward.ONEDNN:
-        pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
-    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)
-    return request.param
+pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (conftest)
 
 
 def _prompts(g: int) -> list[list[int]]:
@@ -72,7 +64,8 @@ def test_tape_kept_only_within_its_budget():
     # 3 distinct prompts of 16 rows are not blocks of equal prompts: 16 groups of one
     need = Tape.size(model.config, 3, 5, 16, 4, 16)
     gen = torch.Generator().manual_seed(0)
-    assert sample(model, _prompts(4), s, 0, gen, tape_budget=need).tapes
+    (_, tape), = sample(model, _prompts(4), s, 0, gen, tape_budget=need).tapes
+    assert tape.nbytes == need  # the budget check counts what the tape and its cache hold
     assert not sample(model, _prompts(4), s, 0, gen, tape_budget=need - 1).tapes
     assert not sample(model, _prompts(4), s, 0, gen).tapes
 
