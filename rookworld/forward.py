@@ -39,6 +39,7 @@ products again (the update then skips two thirds of the policy's forward).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -169,6 +170,42 @@ def _train_product_grads(x: Tensor, w: Tensor, gy: Tensor, needs: tuple[bool, bo
     return gx, gw, gb
 
 
+# gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), 2u = a (GELU_C1 + GELU_C3 a^2): the
+# same function through torch's sigmoid, about twice as fast as its tanh on two Zen 3
+# cores ([1144, 4096] floats: 1.1 vs 2.1 ms), within 4e-7 of it in float64
+GELU_C1 = 2 * math.sqrt(2 / math.pi)
+GELU_C3 = GELU_C1 * 0.044715
+
+
+def _gelu_gate(a: Tensor) -> Tensor:
+    """sigmoid(a (C1 + C3 a^2)), a new tensor: gelu_tanh(a) = a * _gelu_gate(a)."""
+    return (a * a).mul_(GELU_C3).add_(GELU_C1).mul_(a).sigmoid_()
+
+
+def gelu_(a: Tensor) -> Tensor:
+    """GPT-2's tanh GELU of a, in place (no gradients)."""
+    return a.mul_(_gelu_gate(a))
+
+
+class Gelu(torch.autograd.Function):
+    """GPT-2's tanh GELU through the sigmoid form (see GELU_C1), keeping the gate s: its
+    backward, s (1 + a (1 - s) (C1 + 3 C3 a^2)), takes eight elementwise passes and no
+    transcendental function (torch's tanh-GELU backward: 2.1 ms at [1144, 4096]; this
+    one ~0.9 ms)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        s = _gelu_gate(a)
+        ctx.save_for_backward(a, s)
+        return a * s
+
+    @staticmethod
+    def backward(ctx, gy):
+        a, s = ctx.saved_tensors
+        t = (a * a).mul_(3 * GELU_C3).add_(GELU_C1).mul_(a)
+        return t.addcmul_(t, s, value=-1).add_(1).mul_(s).mul_(gy)
+
+
 class _OneDNNLinear(torch.autograd.Function):
     """x [M,K] @ w [K,N] + b through oneDNN's matmul (CPU_MATMUL=onednn, with gradients)."""
 
@@ -251,7 +288,10 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
         y = _OneDNNLinear.apply(x, w, b)
     else:
         y = _blas(x, w, b)
-    return F.gelu(y, approximate="tanh") if gelu else y
+    if not gelu:
+        return y
+    return F.gelu(y, approximate="tanh") if torch.is_grad_enabled() and y.requires_grad \
+        else gelu_(y)
 
 
 def pack_weights(model, rows: int) -> Packed | None:
@@ -363,7 +403,7 @@ def replay_mlp(xm: Tensor, blk, out: Tensor) -> Tensor:
     can be replayed on its own."""
     c, mlp, ln = xm.shape[1], blk.mlp, blk.ln_2
     h = F.layer_norm(xm, (c,), ln.weight, ln.bias, ln.eps)
-    g = linear(h, mlp.c_fc.weight, mlp.c_fc.bias, gelu=True)
+    g = Gelu.apply(linear(h, mlp.c_fc.weight, mlp.c_fc.bias))
     return _Replayed.apply(g, mlp.c_proj.weight, mlp.c_proj.bias, xm, out)
 
 

@@ -22,14 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .forward import (
     Packed,
-    block,
     check_gpt2,
     final_norm,
     group_order,
+    linear,
     lm_head,
     pack_weights,
     positions_from_mask,
@@ -117,19 +118,20 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 
 class KVCache:
     """Keys and values of every layer, allocated once, one block per group (the G rows
-    that share a prompt): [L, U, H, P + T_max * G, D]. Slots 0..P-1 hold the group's
-    prompt (stored once, not G times); completion token t of the group's row r sits at
-    P + t * G + r (time-major), so the slots written by step t are one contiguous prefix
-    and a decoding step reads them with one product per layer.
+    that share a prompt): k, v [L, U, H, P + T_max * G, D] (views of one [L, 2, ...]
+    tensor, so that a decoding step writes a layer's keys and values in one copy). Slots
+    0..P-1 hold the group's prompt (stored once, not G times); completion token t of the
+    group's row r sits at P + t * G + r (time-major), so the slots written by step t are
+    one contiguous prefix and a decoding step reads them with one product per layer.
 
     bias [U, 1, G, P + T_max * G]: 0 where row r may attend (a real prompt token, or one
     of its own completion tokens), -inf elsewhere (padding, the other rows' tokens)."""
 
     def __init__(self, n_layer: int, prompt_keys: int, max_new: int, group: int, n_groups: int,
                  n_head: int, head_dim: int, dtype, device):
-        shape = (n_layer, n_groups, n_head, prompt_keys + max_new * group, head_dim)
-        self.k = torch.empty(shape, dtype=dtype, device=device)
-        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.kv = torch.empty((n_layer, 2, n_groups, n_head, prompt_keys + max_new * group,
+                               head_dim), dtype=dtype, device=device)
+        self.k, self.v = self.kv[:, 0], self.kv[:, 1]
         self.p, self.group = prompt_keys, group
         self.bias = torch.empty(0)
 
@@ -143,27 +145,52 @@ class KVCache:
         zero = torch.zeros(ok.shape, dtype=self.k.dtype, device=ok.device)
         self.bias = zero.masked_fill(~ok, float("-inf"))[:, None]
 
-    def write(self, layer: int, t: int, k: Tensor, v: Tensor) -> None:
-        """k, v [N,H,1,D] of completion token t (rows in group order) into their slots."""
-        u, g = self.k.shape[1], self.group
+    def write(self, layer: int, t: int, qkv: Tensor) -> Tensor:
+        """qkv [N,3C] of completion token t (rows in group order, a block's attention
+        input product): its keys and values into their slots; returns the queries as
+        [U,H,G,D] (a view)."""
+        u, g, h, d = self.k.shape[1], self.group, self.k.shape[2], self.k.shape[4]
         lo = self.p + t * g
-        self.k[layer, :, :, lo:lo + g] = k.view(u, g, k.shape[1], -1).transpose(1, 2)
-        self.v[layer, :, :, lo:lo + g] = v.view(u, g, v.shape[1], -1).transpose(1, 2)
+        parts = qkv.view(u, g, 3, h, d)
+        self.kv[layer, :, :, :, lo:lo + g] = parts[:, :, 1:].permute(2, 0, 3, 1, 4)
+        return parts[:, :, 0].transpose(1, 2)
 
 
 def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
     """Attention of one new token per row over its prompt and its completion tokens
-    0..t: q [N,H,1,D] -> [N,H,1,D]. Each group's G queries meet the group's block in one
-    [G,D] x [D,S] product; the bias keeps every row to its own tokens (the G-1 other
-    rows' products are wasted work, cheaper than G separate row-sized products)."""
-    n, h, _, d = q.shape
-    g = cache.group
-    u, end = n // g, cache.p + (t + 1) * g
-    qg = (q * d ** -0.5).view(u, g, h, d).transpose(1, 2)  # [U,H,G,D]
-    scores = torch.matmul(qg, cache.k[layer, :, :, :end].transpose(-1, -2))
-    w = (scores + cache.bias[..., :end]).softmax(-1)
-    out = torch.matmul(w, cache.v[layer, :, :, :end])  # [U,H,G,D]
-    return out.transpose(1, 2).reshape(n, h, 1, d)
+    0..t: q [U,H,G,D] (`KVCache.write`) -> [N,C]. Each group's G queries meet the
+    group's block in one product; the bias keeps every row to its own tokens (the G-1
+    other rows' products are wasted work, cheaper than G separate row-sized products).
+    One fused attention call: on a Zen 3 EPYC 80-250 vs 140-320 us a 4-head layer for
+    a product, a bias add, a softmax and a product."""
+    u, h, g, d = q.shape
+    end = cache.p + (t + 1) * g
+    out = F.scaled_dot_product_attention(q, cache.k[layer, :, :, :end],
+                                         cache.v[layer, :, :, :end],
+                                         attn_mask=cache.bias[..., :end])  # [U,H,G,D]
+    return out.transpose(1, 2).reshape(u * g, h * d)
+
+
+def decode_block(x: Tensor, blk, cache: KVCache, layer: int, t: int,
+                 packed: Packed | None = None, tape: Tape | None = None,
+                 rows: slice | None = None) -> Tensor:
+    """One GPT-2 block for one token per row: x [N,C] -> [N,C] (as `forward.block`, with
+    fewer operations: per-operation overhead is most of a decoding step at small widths).
+    With a tape, the queries are copied into it and both residual sums written straight
+    into it (tape rows `rows`, `Tape.step_rows`)."""
+    c = x.shape[1]
+    attn, mlp, ln_1, ln_2 = blk.attn, blk.mlp, blk.ln_1, blk.ln_2
+    qkv = linear(F.layer_norm(x, (c,), ln_1.weight, ln_1.bias, ln_1.eps),
+                 attn.c_attn.weight, attn.c_attn.bias, packed=packed)
+    if tape is not None:
+        tape.q[layer][rows] = qkv[:, :c]
+    att = decode_attention(cache.write(layer, t, qkv), cache, layer, t)
+    x = torch.add(x, linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed),
+                  out=tape.xm[layer][rows] if tape is not None else None)
+    h = linear(F.layer_norm(x, (c,), ln_2.weight, ln_2.bias, ln_2.eps),
+               mlp.c_fc.weight, mlp.c_fc.bias, gelu=True, packed=packed)
+    return torch.add(x, linear(h, mlp.c_proj.weight, mlp.c_proj.bias, packed=packed),
+                     out=tape.x[layer + 1][rows] if tape is not None else None)
 
 
 def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int,
@@ -172,16 +199,11 @@ def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int
     packed: pack_weights(model, N); tape: keeps the step's activations. Returns
     next-token logits [N,V]."""
     tr = model.transformer
-    keep = tape.step_keeper(t, tok, positions) if tape is not None else None
-    x = (tr.wte(tok) + tr.wpe(positions))[:, None]
+    rows = tape.step_rows(t, tok, positions) if tape is not None else None
+    x = torch.add(tr.wte(tok), tr.wpe(positions), out=tape.x[0][rows] if tape else None)
     for i, blk in enumerate(tr.h):
-        def attend(q, k, v, i=i):
-            cache.write(i, t, k, v)
-            return decode_attention(q, cache, i, t)
-        x = block(x, blk, attend, packed, keep=keep(i) if keep else None)
-    if keep:
-        keep(len(tr.h))("x", x)
-    return lm_head(model, final_norm(model, x[:, -1]), packed)
+        x = decode_block(x, blk, cache, i, t, packed, tape, rows)
+    return lm_head(model, final_norm(model, x), packed)
 
 
 def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int, tape_budget: int = 0

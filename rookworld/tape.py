@@ -74,7 +74,7 @@ class Tape:
         """Keep the sampler's KVCache (`sampling.KVCache`, same groups): the keys and
         values the tape does not copy."""
         self.cache = cache
-        self.nbytes += cache.k.nbytes + cache.v.nbytes
+        self.nbytes += cache.kv.nbytes
 
     @staticmethod
     def size(cfg, n_unique: int, prompt_width: int, n: int, max_steps: int, n_groups: int,
@@ -85,27 +85,25 @@ class Tape:
         cache = 2 * cfg.n_layer * (n_groups * prompt_width + n * (max_steps + 1)) * cfg.n_embd
         return (rows * cfg.n_embd * (PER_LAYER * cfg.n_layer + 1) + cache) * itemsize
 
-    def keeper(self, lo: int, hi: int) -> Callable[[int], Keep]:
-        """keep(layer) for `forward.block`/`prompt_forward` writing rows lo..hi-1."""
+    def prompt_keeper(self) -> Callable[[int], Keep]:
+        """keep(layer) for `forward.prompt_forward`: the prompts' rows 0..U*P-1."""
         def for_layer(layer: int) -> Keep:
             def keep(kind: str, value: Tensor) -> None:
-                value = value.reshape(hi - lo, -1)
+                value = value.reshape(self.mp, -1)
                 if kind == "qkv":  # the queries; keys and values are in the cache
                     kind, value = "q", value[:, :self.x[0].shape[1]]
-                getattr(self, kind)[layer][lo:hi] = value
+                getattr(self, kind)[layer][:self.mp] = value
             return keep
         return for_layer
 
-    def prompt_keeper(self) -> Callable[[int], Keep]:
-        return self.keeper(0, self.mp)
-
-    def step_keeper(self, t: int, tok: Tensor, positions: Tensor) -> Callable[[int], Keep]:
-        """For decoding step t (inputs tok at positions [N]); steps come in order."""
+    def step_rows(self, t: int, tok: Tensor, positions: Tensor) -> slice:
+        """The tape rows of decoding step t (inputs tok at positions [N]), which
+        `sampling.decode_block` writes; steps come in order."""
         assert t == self.steps, (t, self.steps)
         self.ids[t], self.pos[t] = tok, positions
         self.steps = t + 1
         lo = self.mp + t * self.n
-        return self.keeper(lo, lo + self.n)
+        return slice(lo, lo + self.n)
 
     @property
     def rows(self) -> int:

@@ -58,6 +58,24 @@ def batch(policy, texts, g, t=9, seed=0):
     return ids, mask, comp
 
 
+def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu():
+    """forward.Gelu and gelu_ (the sigmoid form) equal torch's tanh GELU, values and
+    gradients, across the range where the gate saturates; Gelu passes gradcheck."""
+    a64 = torch.linspace(-12, 12, 4001, dtype=torch.float64).requires_grad_()
+    gy = torch.randn(4001, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.nn.functional.gelu(a64, approximate="tanh").backward(gy)
+    a = a64.detach().float().requires_grad_()
+    y = forward.Gelu.apply(a)
+    y.backward(gy.float())
+    assert torch.allclose(y.double(), torch.nn.functional.gelu(a64.detach(), approximate="tanh"),
+                          rtol=1e-6, atol=1e-6)
+    assert torch.allclose(a.grad.double(), a64.grad, rtol=1e-5, atol=1e-5)
+    inplace = a.detach().clone()
+    assert forward.gelu_(inplace) is not None and torch.equal(inplace, y.detach())
+    x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(forward.Gelu.apply, (x * 3,))
+
+
 def test_unique_prompts_and_group_order():
     ids, mask = left_pad([[5, 6], [7], [5, 6], [7], [0, 7]], pad_id=0)
     u_ids, u_mask, index = unique_prompts(ids, mask)
