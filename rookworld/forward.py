@@ -10,9 +10,13 @@ forward among its rows: a GRPO batch repeats every prompt G times, so the
 prompt is run once per distinct prompt and its keys/values are gathered for the
 G completions (gradients flow back through the gather and sum over the group).
 Same maths as one forward per row, about half the FLOPs at G = 8 when prompt
-and completion are of similar length. GELU is the fused tanh form, as GPT-2's
-`gelu_new`. Log-probs are taken in row chunks sized by the vocabulary, so an
-[N, T, V] log-softmax is never materialised for the whole batch at once.
+and completion are of similar length. GELU is GPT-2's tanh form (`gelu_new`): fused
+into oneDNN's product where that runs it; without gradients otherwise, and in the
+update's replay, as a * sigmoid(2u) (`gelu_`, `Gelu`), the same function at about half
+the cost of torch's tanh; the teacher-forced training forward keeps torch's (its
+backward keeps one tensor less). Log-probs are taken in row chunks sized by the
+vocabulary, so an [N, T, V] log-softmax is never materialised for the whole batch at
+once.
 
 On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`); which
 is fastest depends on the machine, not only its vendor: on one AMD EPYC oneDNN was 1.2-3x
