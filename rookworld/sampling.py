@@ -122,7 +122,7 @@ class KVCache:
     tensor, so that a decoding step writes a layer's keys and values in one copy). Slots
     0..P-1 hold the group's prompt (stored once, not G times); completion token t of the
     group's row r sits at P + t * G + r (time-major), so the slots written by step t are
-    one contiguous prefix and a decoding step reads them with one product per layer.
+    one contiguous prefix and a decoding step reads them with one attention call per layer.
 
     bias [U, 1, G, P + T_max * G]: 0 where row r may attend (a real prompt token, or one
     of its own completion tokens), -inf elsewhere (padding, the other rows' tokens)."""
@@ -200,7 +200,8 @@ def decode_forward(model, tok: Tensor, positions: Tensor, cache: KVCache, t: int
     next-token logits [N,V]."""
     tr = model.transformer
     rows = tape.step_rows(t, tok, positions) if tape is not None else None
-    x = torch.add(tr.wte(tok), tr.wpe(positions), out=tape.x[0][rows] if tape else None)
+    x = torch.add(tr.wte(tok), tr.wpe(positions),
+                  out=tape.x[0][rows] if tape is not None else None)
     for i, blk in enumerate(tr.h):
         x = decode_block(x, blk, cache, i, t, packed, tape, rows)
     return lm_head(model, final_norm(model, x), packed)
