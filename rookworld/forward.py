@@ -12,7 +12,7 @@ G completions (gradients flow back through the gather and sum over the group).
 Same maths as one forward per row, about half the FLOPs at G = 8 when prompt
 and completion are of similar length. GELU is GPT-2's tanh form (`gelu_new`): fused
 into oneDNN's product where that runs it; without gradients otherwise, and in the
-update's replay, as a * sigmoid(2u) (`gelu_`, `Gelu`), the same function at about half
+update's replay, on CPU as a * sigmoid(2u) (`gelu_tanh`), the same function at about half
 the cost of torch's tanh; the teacher-forced training forward keeps torch's (its
 backward keeps one tensor less). Log-probs are taken in row chunks sized by the
 vocabulary, so an [N, T, V] log-softmax is never materialised for the whole batch at
@@ -186,8 +186,14 @@ def _gelu_gate(a: Tensor) -> Tensor:
     return (a * a).mul_(GELU_C3).add_(GELU_C1).mul_(a).sigmoid_()
 
 
-def gelu_(a: Tensor) -> Tensor:
-    """GPT-2's tanh GELU of a, in place (no gradients)."""
+def gelu_tanh(a: Tensor) -> Tensor:
+    """GPT-2's tanh GELU of a product's fresh output a. On CPU through the sigmoid form:
+    in place without gradients, `Gelu` with them; elsewhere torch's (the sigmoid form's
+    speed was measured on CPU only)."""
+    if a.device.type != "cpu":
+        return F.gelu(a, approximate="tanh")
+    if torch.is_grad_enabled() and a.requires_grad:
+        return Gelu.apply(a)
     return a.mul_(_gelu_gate(a))
 
 
@@ -295,7 +301,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None, gelu: bool = False,
     if not gelu:
         return y
     return F.gelu(y, approximate="tanh") if torch.is_grad_enabled() and y.requires_grad \
-        else gelu_(y)
+        else gelu_tanh(y)
 
 
 def pack_weights(model, rows: int) -> Packed | None:
@@ -407,7 +413,7 @@ def replay_mlp(xm: Tensor, blk, out: Tensor) -> Tensor:
     can be replayed on its own."""
     c, mlp, ln = xm.shape[1], blk.mlp, blk.ln_2
     h = F.layer_norm(xm, (c,), ln.weight, ln.bias, ln.eps)
-    g = Gelu.apply(linear(h, mlp.c_fc.weight, mlp.c_fc.bias))
+    g = gelu_tanh(linear(h, mlp.c_fc.weight, mlp.c_fc.bias))
     return _Replayed.apply(g, mlp.c_proj.weight, mlp.c_proj.bias, xm, out)
 
 

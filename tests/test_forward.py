@@ -59,8 +59,9 @@ def batch(policy, texts, g, t=9, seed=0):
 
 
 def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu():
-    """forward.Gelu and gelu_ (the sigmoid form) equal torch's tanh GELU, values and
-    gradients, across the range where the gate saturates; Gelu passes gradcheck."""
+    """forward.Gelu and gelu_tanh (the sigmoid form on CPU) equal torch's tanh GELU,
+    values and gradients, across the range where the gate saturates; Gelu passes
+    gradcheck; gelu_tanh works in place without gradients and through Gelu with them."""
     a64 = torch.linspace(-12, 12, 4001, dtype=torch.float64).requires_grad_()
     gy = torch.randn(4001, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.nn.functional.gelu(a64, approximate="tanh").backward(gy)
@@ -71,7 +72,11 @@ def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu():
                           rtol=1e-6, atol=1e-6)
     assert torch.allclose(a.grad.double(), a64.grad, rtol=1e-5, atol=1e-5)
     inplace = a.detach().clone()
-    assert forward.gelu_(inplace) is not None and torch.equal(inplace, y.detach())
+    with torch.no_grad():
+        assert forward.gelu_tanh(inplace) is inplace and torch.equal(inplace, y.detach())
+    a2 = a.detach().clone().requires_grad_()
+    y2 = forward.gelu_tanh(a2)
+    assert type(y2.grad_fn).__name__ == "GeluBackward" and torch.equal(y2, y)
     x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(forward.Gelu.apply, (x * 3,))
 
