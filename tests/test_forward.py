@@ -4,7 +4,7 @@ logits, gradients, chunked log-probs; the sampler's grouped cache equals one row
 import pytest
 import torch
 
-from rookworld import forward
+from rookworld import forward, native
 from rookworld.forward import (
     CompletionLogits,
     completion_logits,
@@ -58,12 +58,19 @@ def batch(policy, texts, g, t=9, seed=0):
     return ids, mask, comp
 
 
-def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu():
-    """forward.Gelu and gelu_tanh (the sigmoid form on CPU) equal torch's tanh GELU,
-    values and gradients, across the range where the gate saturates; Gelu passes
-    gradcheck; gelu_tanh works in place without gradients and through Gelu with them."""
-    a64 = torch.linspace(-12, 12, 4001, dtype=torch.float64).requires_grad_()
-    gy = torch.randn(4001, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("size", [4001, 100_003])  # odd tails; one thread, then several
+@pytest.mark.parametrize("kernel", ["native", "torch"])
+def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu(kernel, size, monkeypatch):
+    """forward.Gelu and gelu_tanh (the sigmoid form on CPU; through the native kernels
+    where they run, and through torch's operations) equal torch's tanh GELU, values and
+    gradients, across the range where the gate saturates; Gelu passes gradcheck;
+    gelu_tanh works in place without gradients and through Gelu with them."""
+    if kernel == "torch":
+        monkeypatch.setattr(native, "gelu_kernels", lambda: None)
+    elif native.gelu_kernels() is None:
+        pytest.skip("the native kernels do not run here (tests/test_native.py says why)")
+    a64 = torch.linspace(-12, 12, size, dtype=torch.float64).requires_grad_()
+    gy = torch.randn(size, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.nn.functional.gelu(a64, approximate="tanh").backward(gy)
     a = a64.detach().float().requires_grad_()
     y = forward.Gelu.apply(a)

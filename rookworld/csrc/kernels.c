@@ -1,0 +1,262 @@
+/* rookworld's native CPU kernels, float32, x86-64 with AVX2 and FMA. Built at first use
+ * by rookworld/native.py (-O3 -march=native -fopenmp) and run on torch's OpenMP threads;
+ * without a compiler, or on other CPUs, callers keep torch's operations.
+ *
+ * rw_decode_attention: the decoding step's attention over the sampler's grouped KV cache
+ * (rookworld/sampling.py, KVCache), heads of 64. torch's attention for the group layout
+ * runs each group's G queries over the whole group block (the G - 1 other rows'
+ * completion keys masked), and at decoding sizes its per-call overhead and that G-fold
+ * work dominate; here each row reads only its own keys, and the rows of a group walk
+ * their block together in memory order (the step is bound by reading the cache, ~20 MB
+ * a layer at 8 x 8 x 160).
+ *
+ * Layout (one layer): kv [2, U, H, S, 64]; slots 0..P-1 hold group u's prompt, valid
+ * from start[u] (left padding before it); completion token s of the group's row g sits
+ * at slot P + s * G + g. qkv: row n = u * G + g at qkv + n * qs, [q | k | v] each H * 64
+ * floats. The step's keys and values (token t) are written into their slots, then each
+ * row attends over its prompt and its completion tokens 0..t: out [N, H * 64].
+ *
+ * rw_gelu_*: GPT-2's tanh GELU in its sigmoid form, a * sigmoid(a (C1 + C3 a^2)), in one
+ * pass over memory (torch's takes six and a temporary; rookworld/forward.py, gelu_tanh
+ * and Gelu). */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define LD(p) _mm256_loadu_ps(p)
+
+static inline __m256 exp_nonpos(__m256 x)
+{ /* exp(x) for x <= 0 (scores minus their maximum): 2^n * p(r), Cephes' expf
+     polynomial, within 2 ulp; x below -87.3 gives ~1e-38 (a sum it joins is >= 1) */
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline float hsum(__m256 a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float dot64(const float *q, const float *k)
+{
+    __m256 a = _mm256_mul_ps(LD(q), LD(k)), b = _mm256_mul_ps(LD(q + 8), LD(k + 8));
+    a = _mm256_fmadd_ps(LD(q + 16), LD(k + 16), a);
+    b = _mm256_fmadd_ps(LD(q + 24), LD(k + 24), b);
+    a = _mm256_fmadd_ps(LD(q + 32), LD(k + 32), a);
+    b = _mm256_fmadd_ps(LD(q + 40), LD(k + 40), b);
+    a = _mm256_fmadd_ps(LD(q + 48), LD(k + 48), a);
+    b = _mm256_fmadd_ps(LD(q + 56), LD(k + 56), b);
+    return hsum(_mm256_add_ps(a, b));
+}
+
+static inline void axpy64(float w, const float *x, float *y)
+{
+    __m256 w8 = _mm256_set1_ps(w);
+    for (int c = 0; c < 64; c += 8)
+        _mm256_storeu_ps(y + c, _mm256_fmadd_ps(w8, LD(x + c), LD(y + c)));
+}
+
+static inline void copy64(const float *x, float *y)
+{
+    for (int c = 0; c < 64; c += 8) _mm256_storeu_ps(y + c, LD(x + c));
+}
+
+/* One (group, head): G rows. work: G * 64 (scaled queries) + G * 64 (sums) + G * W. */
+static void group_head(const float *qkv, long qs, float *kv, const int *start, float *out,
+                       int u, int h, int U, int G, int H, int S, int P, int t, float scale,
+                       float *work)
+{
+    const size_t C = (size_t)H * 64, plane = (size_t)U * H * S * 64;
+    float *kb = kv + ((size_t)u * H + h) * (size_t)S * 64, *vb = kb + plane;
+    const int p0 = start[u], np = P - p0, L = np + t + 1, W = L + 8;
+    float *qv = work, *acc = work + (size_t)G * 64, *sc = acc + (size_t)G * 64;
+    __m256 s8 = _mm256_set1_ps(scale);
+    for (int g = 0; g < G; g++) {
+        const float *row = qkv + (size_t)(u * G + g) * qs + (size_t)h * 64;
+        for (int c = 0; c < 64; c += 8)
+            _mm256_storeu_ps(qv + g * 64 + c, _mm256_mul_ps(LD(row + c), s8));
+        size_t slot = (size_t)(P + t * G + g) * 64;  /* this step's key and value */
+        copy64(row + C, kb + slot);
+        copy64(row + 2 * C, vb + slot);
+    }
+    for (int j = 0; j < np; j++) {  /* the group's prompt keys, shared by its rows */
+        const float *k = kb + (size_t)(p0 + j) * 64;
+        for (int g = 0; g < G; g++) sc[(size_t)g * W + j] = dot64(qv + g * 64, k);
+    }
+    for (int s = 0; s <= t; s++) {  /* completion slots in memory order */
+        const float *k = kb + (size_t)(P + s * G) * 64;
+        for (int g = 0; g < G; g++)
+            sc[(size_t)g * W + np + s] = dot64(qv + g * 64, k + (size_t)g * 64);
+    }
+    for (int g = 0; g < G; g++) {  /* softmax numerators; 1 / sum into qv[g * 64] */
+        float *x = sc + (size_t)g * W, mx = -INFINITY;
+        for (int j = 0; j < L; j++) mx = x[j] > mx ? x[j] : mx;
+        __m256 m8 = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+        int j = 0;
+        for (; j + 8 <= L; j += 8) {
+            __m256 e = exp_nonpos(_mm256_sub_ps(LD(x + j), m8));
+            _mm256_storeu_ps(x + j, e);
+            sum8 = _mm256_add_ps(sum8, e);
+        }
+        float sum = hsum(sum8);
+        for (; j < L; j++) {
+            x[j] = expf(x[j] - mx);
+            sum += x[j];
+        }
+        qv[g * 64] = 1.0f / sum;
+    }
+    for (size_t c = 0; c < (size_t)G * 64; c++) acc[c] = 0.0f;
+    for (int j = 0; j < np; j++) {
+        const float *v = vb + (size_t)(p0 + j) * 64;
+        for (int g = 0; g < G; g++) axpy64(sc[(size_t)g * W + j], v, acc + g * 64);
+    }
+    for (int s = 0; s <= t; s++) {
+        const float *v = vb + (size_t)(P + s * G) * 64;
+        for (int g = 0; g < G; g++)
+            axpy64(sc[(size_t)g * W + np + s], v + (size_t)g * 64, acc + g * 64);
+    }
+    for (int g = 0; g < G; g++) {
+        float *o = out + (size_t)(u * G + g) * C + (size_t)h * 64;
+        __m256 inv = _mm256_set1_ps(qv[g * 64]);
+        for (int c = 0; c < 64; c += 8)
+            _mm256_storeu_ps(o + c, _mm256_mul_ps(LD(acc + g * 64 + c), inv));
+    }
+}
+
+int rw_decode_attention(const float *qkv, long qs, float *kv, const int *start, float *out,
+                        int U, int G, int H, int S, int P, int t, float scale)
+{
+    const size_t per = (size_t)G * 128 + (size_t)G * (P + t + 1 + 8);
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *work = malloc(per * sizeof(float));
+        if (!work) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for collapse(2) schedule(static)
+        for (int u = 0; u < U; u++)
+            for (int h = 0; h < H; h++)
+                if (work)
+                    group_head(qkv, qs, kv, start, out, u, h, U, G, H, S, P, t, scale, work);
+        free(work);
+    }
+    return failed ? -1 : 0;
+}
+
+
+/* ---- GELU ---- */
+#define GELU_C1 1.5957691216057308f  /* 2 sqrt(2 / pi) */
+#define GELU_C3 0.0713548162726009f  /* C1 * 0.044715 */
+
+static inline __m256 sigmoid8(__m256 z)
+{ /* 1 / (1 + exp(-z)) through e = exp(-|z|) <= 1: no overflow */
+    __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 e = exp_nonpos(_mm256_or_ps(z, sign));  /* -|z| */
+    __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+    __m256 neg = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return _mm256_blendv_ps(inv, _mm256_mul_ps(e, inv), neg);
+}
+
+static inline float sigmoid1(float z)
+{
+    float e = expf(-fabsf(z));
+    return z < 0 ? e / (1.0f + e) : 1.0f / (1.0f + e);
+}
+
+static inline __m256 gate8(__m256 a)
+{
+    __m256 a2 = _mm256_mul_ps(a, a);
+    return sigmoid8(_mm256_mul_ps(a, _mm256_fmadd_ps(a2, _mm256_set1_ps(GELU_C3),
+                                                     _mm256_set1_ps(GELU_C1))));
+}
+
+static inline float gate1(float a) { return sigmoid1(a * (GELU_C1 + GELU_C3 * a * a)); }
+
+#define PAR_MIN 32768L  /* below this many elements, one thread */
+
+/* a = gelu(a), in place */
+void rw_gelu_(float *a, long n)
+{
+    long blocks = n / 8;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long b = 0; b < blocks; b++) {
+        __m256 x = LD(a + 8 * b);
+        _mm256_storeu_ps(a + 8 * b, _mm256_mul_ps(x, gate8(x)));
+    }
+    for (long i = 8 * blocks; i < n; i++) a[i] *= gate1(a[i]);
+}
+
+/* y = gelu(a), s = its gate (for rw_gelu_backward) */
+void rw_gelu_gate(const float *a, float *y, float *s, long n)
+{
+    long blocks = n / 8;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long b = 0; b < blocks; b++) {
+        __m256 x = LD(a + 8 * b), g = gate8(x);
+        _mm256_storeu_ps(s + 8 * b, g);
+        _mm256_storeu_ps(y + 8 * b, _mm256_mul_ps(x, g));
+    }
+    for (long i = 8 * blocks; i < n; i++) {
+        s[i] = gate1(a[i]);
+        y[i] = a[i] * s[i];
+    }
+}
+
+/* dx = gy * s * (1 + a (1 - s) (C1 + 3 C3 a^2)); dx may be gy */
+void rw_gelu_backward(const float *gy, const float *a, const float *s, float *dx, long n)
+{
+    long blocks = n / 8;
+    const __m256 one = _mm256_set1_ps(1.0f), c1 = _mm256_set1_ps(GELU_C1),
+                 c3 = _mm256_set1_ps(3.0f * GELU_C3);
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long b = 0; b < blocks; b++) {
+        __m256 x = LD(a + 8 * b), g = LD(s + 8 * b);
+        __m256 d = _mm256_mul_ps(x, _mm256_fmadd_ps(_mm256_mul_ps(x, x), c3, c1));
+        d = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_sub_ps(one, g)), g, g);
+        _mm256_storeu_ps(dx + 8 * b, _mm256_mul_ps(d, LD(gy + 8 * b)));
+    }
+    for (long i = 8 * blocks; i < n; i++) {
+        float x = a[i], g = s[i];
+        float d = x * (GELU_C1 + 3.0f * GELU_C3 * x * x);
+        dx[i] = (g + d * (1.0f - g) * g) * gy[i];
+    }
+}
+
+int rw_available(void) { return 1; }
+
+#else
+
+int rw_decode_attention(const float *qkv, long qs, float *kv, const int *start, float *out,
+                        int U, int G, int H, int S, int P, int t, float scale)
+{
+    return -1;
+}
+
+void rw_gelu_(float *a, long n) {}
+void rw_gelu_gate(const float *a, float *y, float *s, long n) {}
+void rw_gelu_backward(const float *gy, const float *a, const float *s, float *dx, long n) {}
+
+int rw_available(void) { return 0; }
+
+#endif
