@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything rookworld needs into .venv (idempotent): torch 2.13.0 first (the CPU
 # wheel; nothing then pulls a CUDA build), the project with pinned dependencies, and
-# Stockfish from the OS package manager when it is missing and we are root.
+# Stockfish from the OS package manager when it is missing and we are root; then builds
+# the native CPU kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -16,4 +17,7 @@ if ! command -v stockfish >/dev/null 2>&1 && [ ! -x /usr/games/stockfish ]; then
     echo "rookworld: Stockfish is missing; install it with: sudo apt-get install -y stockfish" >&2
   fi
 fi
+# the native CPU kernels (rookworld/native.py) are built at first use; build them now, so
+# the first run does not pay for it (without a C compiler rookworld uses torch's operations)
+.venv/bin/python -c "from rookworld import native; native.library()" || true
 echo "rookworld: environment ready in .venv"
