@@ -391,8 +391,10 @@ def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
     if keep:
         keep("x", x)
         keep("qkv", qkv)
-    q, k, v = qkv.view(n, s, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
-    att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
+    att = _native_attend(attend, qkv, attn.num_heads) if n == 1 else None
+    if att is None:
+        q, k, v = qkv.view(n, s, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
+        att = attend(q, k, v).transpose(1, 2).reshape(-1, c)
     x = x + linear(att, attn.c_proj.weight, attn.c_proj.bias, packed=packed).view(n, s, c)
     if keep:
         keep("xm", x)
@@ -420,6 +422,13 @@ class _Replayed(torch.autograd.Function):
         return gx, gw, gb, gy if n[3] else None, None
 
 
+def _native_attend(attend: Attend, qkv: Tensor, n_head: int) -> Tensor | None:
+    """attend's native form on the whole attention input (qkv [M,3C] -> [M,C]) where it
+    has one and takes the call (`prompt_completion_attention`), else None."""
+    run = getattr(attend, "native", None)
+    return run(qkv, n_head) if run is not None else None
+
+
 def replay_attention(x: Tensor, blk, attend: Attend, qkv: Tensor, xm: Tensor) -> Tensor:
     """The attention half of `block` over M tokens x [M,C] (the input `keep` saw), its
     products' outputs given (qkv [M,3C] and the residual after it, xm [M,C], as kept):
@@ -429,8 +438,10 @@ def replay_attention(x: Tensor, blk, attend: Attend, qkv: Tensor, xm: Tensor) ->
     attn, ln = blk.attn, blk.ln_1
     h = F.layer_norm(x, (c,), ln.weight, ln.bias, ln.eps)
     qkv = _Replayed.apply(h, attn.c_attn.weight, attn.c_attn.bias, None, qkv)
-    q, k, v = qkv.view(1, m, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
-    att = attend(q, k, v).transpose(1, 2).reshape(m, c)
+    att = _native_attend(attend, qkv, attn.num_heads)
+    if att is None:
+        q, k, v = qkv.view(1, m, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
+        att = attend(q, k, v).transpose(1, 2).reshape(m, c)
     return _Replayed.apply(att, attn.c_proj.weight, attn.c_proj.bias, x, xm)
 
 
@@ -551,7 +562,64 @@ def prompt_completion_attention(u_mask: Tensor, row_mask: Tensor, order: Tensor,
         out_c = F.scaled_dot_product_attention(qc, keys, values, attn_mask=attn_mask)
         out_c = out_c.permute(1, 2, 0, 3) if time_major else out_c.transpose(0, 1)
         return torch.cat([out_p, out_c.flatten(1, 2)], dim=1)[None]
+    attend.native = _native_prefix_attention(u_mask, order, g, s, time_major)
     return attend
+
+
+def _native_prefix_attention(u_mask: Tensor, order: Tensor, g: int, s: int, time_major: bool):
+    """For `prompt_completion_attention`: a function (qkv [M,3C], n_head) -> attention
+    output [M,C] through the native kernel (`native.prefix_attention_kernels`), None where
+    it does not take the call (heads other than 64, not float32 on CPU); or None where the
+    kernel does not run here or the prompts are not left-padded."""
+    kernels = native.prefix_attention_kernels()
+    if kernels is None or u_mask.device.type != "cpu":
+        return None
+    u, p = u_mask.shape
+    start = p - u_mask.bool().sum(-1)
+    if not torch.equal(torch.arange(p)[None, :] >= start[:, None], u_mask.bool()):
+        return None
+    meta = (u, p, start.to(torch.int32).contiguous(), order.shape[0], g,
+            order.to(torch.int32).contiguous(), s, int(time_major))
+
+    def run(qkv: Tensor, n_head: int) -> Tensor | None:
+        c = qkv.shape[1] // 3
+        if qkv.dtype != torch.float32 or c != 64 * n_head or qkv.device.type != "cpu":
+            return None
+        return _PrefixAttention.apply(qkv, kernels, meta, n_head)
+    return run
+
+
+class _PrefixAttention(torch.autograd.Function):
+    """`prompt_completion_attention`'s attention through the native kernel: qkv [M,3C]
+    -> [M,C], keeping its output and log-sum-exp for the backward (as flash attention
+    does), which writes the gradient of qkv as one [M,3C] tensor."""
+
+    @staticmethod
+    def forward(ctx, qkv, kernels, meta, n_head):
+        qkv = qkv if qkv.stride(1) == 1 else qkv.contiguous()
+        m, c = qkv.shape[0], qkv.shape[1] // 3
+        out = torch.empty((m, c), dtype=qkv.dtype)
+        lse = torch.empty((m, n_head), dtype=torch.float32)
+        u, p, start, b, g, order, s, tm = meta
+        if kernels[0](qkv.data_ptr(), qkv.stride(0), out.data_ptr(), c, lse.data_ptr(), u, p,
+                      start.data_ptr(), b, g, order.data_ptr(), s, tm, n_head, 64 ** -0.5):
+            raise MemoryError("native attention: out of memory for its work space")
+        ctx.save_for_backward(qkv, out, lse)
+        ctx.kernels, ctx.meta, ctx.n_head = kernels, meta, n_head
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        qkv, out, lse = ctx.saved_tensors
+        d_out = d_out if d_out.stride(1) == 1 else d_out.contiguous()
+        d_qkv = torch.zeros_like(qkv)
+        u, p, start, b, g, order, s, tm = ctx.meta
+        if ctx.kernels[1](qkv.data_ptr(), qkv.stride(0), out.data_ptr(), out.stride(0),
+                          lse.data_ptr(), d_out.data_ptr(), d_out.stride(0), d_qkv.data_ptr(),
+                          d_qkv.stride(0), u, p, start.data_ptr(), b, g, order.data_ptr(), s,
+                          tm, ctx.n_head, 64 ** -0.5):
+            raise MemoryError("native attention backward: out of memory for its work space")
+        return d_qkv, None, None, None
 
 
 def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,

@@ -3,7 +3,9 @@
 - the decoding step's attention over the sampler's grouped KV cache
   (`decode_attention_kernel`, used by `sampling.KVCache.attend`);
 - GPT-2's tanh GELU in one pass, in place or keeping its gate, and its backward
-  (`gelu_kernels`, used by `forward.gelu_tanh` and `forward.Gelu`).
+  (`gelu_kernels`, used by `forward.gelu_tanh` and `forward.Gelu`);
+- teacher-forced attention over distinct prompts and their groups' completions, and its
+  backward (`prefix_attention_kernels`, used by `forward.prompt_completion_attention`).
 
 The library is compiled on the machine that runs it (`cc -O3 -march=native -fopenmp`),
 once per source, compiler and CPU, into ROOKWORLD_NATIVE_DIR (default
@@ -103,6 +105,11 @@ def library() -> ctypes.CDLL | None:
     lib.rw_gelu_backward.argtypes = [p, p, p, p, n]
     for fn in (lib.rw_gelu_, lib.rw_gelu_gate, lib.rw_gelu_backward):
         fn.restype = None
+    f = ctypes.c_float
+    lib.rw_prefix_attention.argtypes = [p, n, p, n, p, i, i, p, i, i, p, i, i, i, f]
+    lib.rw_prefix_attention_backward.argtypes = [p, n, p, n, p, p, n, p, n, i, i, p, i, i, p,
+                                                 i, i, i, f]
+    lib.rw_prefix_attention.restype = lib.rw_prefix_attention_backward.restype = ctypes.c_int
     return lib
 
 
@@ -117,3 +124,10 @@ def gelu_kernels():
     lib = library()
     return (lib.rw_gelu_, lib.rw_gelu_gate, lib.rw_gelu_backward) if lib is not None else None
 
+
+
+def prefix_attention_kernels():
+    """(forward, backward) of the teacher-forced attention (see kernels.c), or None."""
+    lib = library()
+    return (lib.rw_prefix_attention, lib.rw_prefix_attention_backward) if lib is not None \
+        else None

@@ -139,3 +139,38 @@ def test_built_once_per_source_in_its_own_directory(tmp_path):
     assert len(list(tmp_path.glob("kernels-*.so"))) == 1
     assert not list(tmp_path.glob("*.so")) or all(p.name.startswith("kernels-")
                                                   for p in tmp_path.glob("*.so"))
+
+
+@needs_kernel
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("u,p,starts,order,g,s,h", [
+    (2, 5, [0, 3], [1, 0], 3, 4, 2),
+    (3, 6, [2, 0, 5], [0, 2, 0, 1], 2, 3, 1),  # a prompt shared by two blocks
+    (2, 4, [1, 0], [0, 1, 1, 0, 1], 1, 5, 3),  # one row a block
+    (2, 3, [0, 1], [0, 1], 4, 0, 2),  # prompts only
+])
+def test_teacher_forced_attention_and_gradients_equal_sdpa(u, p, starts, order, g, s, h,
+                                                           time_major):
+    """forward.prompt_completion_attention through the native kernel (on qkv [M,3C])
+    equals its torch path (on the q, k, v views), values and qkv gradients."""
+    from rookworld import forward
+
+    mask = (torch.arange(p)[None, :] >= torch.tensor(starts)[:, None]).long()
+    order_t = torch.tensor(order)
+    row_mask = forward.to_rows(mask, order_t, g)
+    attend = forward.prompt_completion_attention(mask, row_mask, order_t, g, s, time_major)
+    assert attend.native is not None
+    m, c = u * p + len(order) * g * s, h * 64
+    gen = torch.Generator().manual_seed(u * 10 + s)
+    qkv = (torch.randn(m, 3 * c, generator=gen) * 1.5).requires_grad_()
+    d_out = torch.randn(m, c, generator=gen)
+    fast = attend.native(qkv, h)
+    (fast * d_out).sum().backward()
+    g_fast, qkv.grad = qkv.grad, None
+    q, k, v = qkv.view(1, m, 3, h, 64).permute(2, 0, 3, 1, 4)
+    ref = attend(q, k, v).transpose(1, 2).reshape(m, c)
+    (ref * d_out).sum().backward()
+    torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g_fast, qkv.grad, rtol=1e-4, atol=1e-4)
+    assert attend.native(qkv.detach().double(), h) is None  # not float32: torch's path
+    assert attend.native(qkv.detach()[:, :3 * 96], 3) is None  # heads of 32

@@ -16,6 +16,10 @@
  * floats. The step's keys and values (token t) are written into their slots, then each
  * row attends over its prompt and its completion tokens 0..t: out [N, H * 64].
  *
+ * rw_prefix_attention(_backward): the teacher-forced attention of the reference pass and
+ * the update (rookworld/forward.py, prompt_completion_attention) on the qkv product itself,
+ * without the per-row copies of each prompt's keys and the mask torch's path builds.
+ *
  * rw_gelu_*: GPT-2's tanh GELU in its sigmoid form, a * sigmoid(a (C1 + C3 a^2)), in one
  * pass over memory (torch's takes six and a temporary; rookworld/forward.py, gelu_tanh
  * and Gelu). */
@@ -243,6 +247,191 @@ void rw_gelu_backward(const float *gy, const float *a, const float *s, float *dx
     }
 }
 
+/* ---- teacher-forced attention over distinct prompts and their groups' completions ----
+ * Tokens are rows of qkv [M, 3C] ([q | k | v], heads of 64): first the U distinct
+ * prompts' P tokens each (prompt u's token i at row u P + i, real from start[u]), then
+ * N = B G completion rows of s tokens (row n = b G + g of block b, whose prompt is
+ * order[b]; its token j at row U P + (time_major ? j N + n : n s + j)). A real prompt
+ * token attends causally over its prompt's real tokens, a padding one to itself only; a
+ * completion token over its prompt's real tokens and its own row's tokens 0..j.
+ * One task per (prompt, head) owns every query that reads that prompt's keys, so the
+ * backward's key and value gradients need no atomics. */
+
+typedef struct {
+    const float *qkv;
+    long ldq;
+    int U, P, B, G, s, H, tm;
+    const int *start, *order;
+    float scale;
+} prefix_t;
+
+static inline long comp_row(const prefix_t *a, int n, int j)
+{
+    long mp = (long)a->U * a->P, N = (long)a->B * a->G;
+    return mp + (a->tm ? (long)j * N + n : (long)n * a->s + j);
+}
+
+/* keys of query (kind, u, n, i): kind 0 = prompt token i of u, 1 = completion token i of
+   row n; fills rows[] with the key rows, returns their count */
+static int key_rows(const prefix_t *a, int kind, int u, int n, int i, long *rows)
+{
+    int c = 0, st = a->start[u];
+    if (kind == 0) {
+        if (i < st) {
+            rows[c++] = (long)u * a->P + i;
+            return c;
+        }
+        for (int j = st; j <= i; j++) rows[c++] = (long)u * a->P + j;
+        return c;
+    }
+    for (int j = st; j < a->P; j++) rows[c++] = (long)u * a->P + j;
+    for (int j = 0; j <= i; j++) rows[c++] = comp_row(a, n, j);
+    return c;
+}
+
+/* one query: scores over its keys -> softmax weights in w (returns the log-sum-exp) */
+static float query_weights(const prefix_t *a, const float *q, int h, const long *rows, int L,
+                           float *w)
+{
+    const long C = (long)a->H * 64;
+    float mx = -INFINITY;
+    for (int j = 0; j < L; j++) {
+        w[j] = dot64(q, a->qkv + rows[j] * a->ldq + C + (long)h * 64) * a->scale;
+        mx = w[j] > mx ? w[j] : mx;
+    }
+    __m256 m8 = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= L; j += 8) {
+        __m256 e = exp_nonpos(_mm256_sub_ps(LD(w + j), m8));
+        _mm256_storeu_ps(w + j, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = hsum(sum8);
+    for (; j < L; j++) {
+        w[j] = expf(w[j] - mx);
+        sum += w[j];
+    }
+    float inv = 1.0f / sum;
+    for (j = 0; j < L; j++) w[j] *= inv;
+    return mx + logf(sum);
+}
+
+/* run the body for every query of task (u, h), with kind, n, i and row set */
+#define FOR_QUERIES(a, u, ...)                                                          \
+    for (int i_ = 0; i_ < (a)->P; i_++) {                                                \
+        int kind = 0, n = -1, i = i_;                                                    \
+        long row = (long)(u) * (a)->P + i_;                                              \
+        __VA_ARGS__                                                                            \
+    }                                                                                    \
+    for (int b_ = 0; b_ < (a)->B; b_++) {                                                \
+        if ((a)->order[b_] != (u)) continue;                                             \
+        for (int g_ = 0; g_ < (a)->G; g_++)                                              \
+            for (int j_ = 0; j_ < (a)->s; j_++) {                                        \
+                int kind = 1, n = b_ * (a)->G + g_, i = j_;                              \
+                long row = comp_row((a), n, j_);                                         \
+                __VA_ARGS__                                                                    \
+            }                                                                            \
+    }
+
+/* out [M, C] (row stride ldo), lse [M, H] */
+int rw_prefix_attention(const float *qkv, long ldq, float *out, long ldo, float *lse, int U,
+                        int P, const int *start, int B, int G, const int *order, int s,
+                        int time_major, int H, float scale)
+{
+    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
+    int failed = 0;
+#pragma omp parallel
+    {
+        long *rows = malloc(sizeof(long) * (P + s + 1));
+        float *w = malloc(sizeof(float) * (P + s + 8));
+        if (!rows || !w) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int u = 0; u < U; u++)
+            for (int h = 0; h < H; h++) {
+                if (!rows || !w) continue;
+                FOR_QUERIES(&a, u, {
+                    const float *q = qkv + row * ldq + (long)h * 64;
+                    int L = key_rows(&a, kind, u, n, i, rows);
+                    float l = query_weights(&a, q, h, rows, L, w);
+                    lse[row * H + h] = l;
+                    __m256 o[8];
+                    for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
+                    for (int j = 0; j < L; j++) {
+                        const float *v = qkv + rows[j] * ldq + 2L * H * 64 + (long)h * 64;
+                        __m256 wj = _mm256_set1_ps(w[j]);
+                        for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(wj, LD(v + 8 * c), o[c]);
+                    }
+                    float *dst = out + row * ldo + (long)h * 64;
+                    for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + 8 * c, o[c]);
+                })
+            }
+        free(rows);
+        free(w);
+    }
+    return failed ? -1 : 0;
+}
+
+/* dqkv [M, 3C] (row stride ldg, zeroed by the caller) from dout [M, C] (row stride ldd),
+   the forward's out and lse */
+int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, long ldo,
+                                 const float *lse, const float *dout, long ldd, float *dqkv,
+                                 long ldg, int U, int P, const int *start, int B, int G,
+                                 const int *order, int s, int time_major, int H, float scale)
+{
+    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
+    const long C = (long)H * 64;
+    int failed = 0;
+#pragma omp parallel
+    {
+        long *rows = malloc(sizeof(long) * (P + s + 1));
+        float *w = malloc(sizeof(float) * (P + s + 8));
+        if (!rows || !w) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int u = 0; u < U; u++)
+            for (int h = 0; h < H; h++) {
+                if (!rows || !w) continue;
+                FOR_QUERIES(&a, u, {
+                    const float *q = qkv + row * ldq + (long)h * 64;
+                    const float *dO = dout + row * ldd + (long)h * 64;
+                    float D = dot64(dO, out + row * ldo + (long)h * 64);
+                    float l = lse[row * H + h];
+                    int L = key_rows(&a, kind, u, n, i, rows);
+                    for (int j = 0; j < L; j++)
+                        w[j] = dot64(q, qkv + rows[j] * ldq + C + (long)h * 64) * scale;
+                    __m256 l8 = _mm256_set1_ps(l);
+                    int j0 = 0;
+                    for (; j0 + 8 <= L; j0 += 8)  /* the weights: exp(score - lse) <= 1 */
+                        _mm256_storeu_ps(w + j0, exp_nonpos(_mm256_sub_ps(LD(w + j0), l8)));
+                    for (; j0 < L; j0++) w[j0] = expf(w[j0] - l);
+                    __m256 dq[8];
+                    for (int c = 0; c < 8; c++) dq[c] = _mm256_setzero_ps();
+                    for (int j = 0; j < L; j++) {
+                        const float *k = qkv + rows[j] * ldq + C + (long)h * 64;
+                        const float *v = k + C;
+                        float p = w[j];
+                        float ds = p * (dot64(dO, v) - D) * scale;
+                        float *dk = dqkv + rows[j] * ldg + C + (long)h * 64, *dv = dk + C;
+                        axpy64(p, dO, dv);
+                        axpy64(ds, q, dk);
+                        __m256 d8 = _mm256_set1_ps(ds);
+                        for (int c = 0; c < 8; c++) dq[c] = _mm256_fmadd_ps(d8, LD(k + 8 * c), dq[c]);
+                    }
+                    float *g = dqkv + row * ldg + (long)h * 64;
+                    for (int c = 0; c < 8; c++) _mm256_storeu_ps(g + 8 * c, _mm256_add_ps(LD(g + 8 * c), dq[c]));
+                })
+            }
+        free(rows);
+        free(w);
+    }
+    return failed ? -1 : 0;
+}
+
 int rw_available(void) { return 1; }
 
 #else
@@ -254,6 +443,14 @@ int rw_decode_attention(const float *qkv, long qs, float *kv, const int *start, 
 }
 
 void rw_gelu_(float *a, long n) {}
+int rw_prefix_attention(const float *qkv, long ldq, float *out, long ldo, float *lse, int U,
+                        int P, const int *start, int B, int G, const int *order, int s,
+                        int time_major, int H, float scale) { return -1; }
+int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, long ldo,
+                                 const float *lse, const float *dout, long ldd, float *dqkv,
+                                 long ldg, int U, int P, const int *start, int B, int G,
+                                 const int *order, int s, int time_major, int H, float scale)
+{ return -1; }
 void rw_gelu_gate(const float *a, float *y, float *s, long n) {}
 void rw_gelu_backward(const float *gy, const float *a, const float *s, float *dx, long n) {}
 
