@@ -374,6 +374,63 @@ int rw_prefix_attention(const float *qkv, long ldq, float *out, long ldo, float 
     return failed ? -1 : 0;
 }
 
+/* The backward of one query set: queries qrows[0..nq) of head h, query i attending over
+   the first len[i] of the keys krows[0..nk) (len non-decreasing). Pass 1, query by query:
+   the weights P and dS into pw, ps ([nq, nk]) and dq; pass 2, key by key: dk and dv summed
+   in registers over the queries that see the key, added to dqkv once. */
+static void backward_set(const prefix_t *a, int h, const long *qrows, const int *len, int nq,
+                         const long *krows, int nk, const float *out, long ldo,
+                         const float *lse, const float *dout, long ldd, float *dqkv, long ldg,
+                         float *pw, float *ps)
+{
+    const long C = (long)a->H * 64, hd = (long)h * 64;
+    const float *qkv = a->qkv;
+    for (int i = 0; i < nq; i++) {
+        const long row = qrows[i];
+        const int L = len[i];
+        const float *q = qkv + row * a->ldq + hd, *dO = dout + row * ldd + hd;
+        const float D = dot64(dO, out + row * ldo + hd), l = lse[row * a->H + h];
+        float *w = pw + (long)i * nk, *d = ps + (long)i * nk;
+        for (int j = 0; j < L; j++) w[j] = dot64(q, qkv + krows[j] * a->ldq + C + hd) * a->scale;
+        __m256 l8 = _mm256_set1_ps(l);
+        int j0 = 0;
+        for (; j0 + 8 <= L; j0 += 8)  /* the weights: exp(score - lse) <= 1 */
+            _mm256_storeu_ps(w + j0, exp_nonpos(_mm256_sub_ps(LD(w + j0), l8)));
+        for (; j0 < L; j0++) w[j0] = expf(w[j0] - l);
+        __m256 dq[8];
+        for (int c = 0; c < 8; c++) dq[c] = _mm256_setzero_ps();
+        for (int j = 0; j < L; j++) {
+            const float *k = qkv + krows[j] * a->ldq + C + hd;
+            d[j] = w[j] * (dot64(dO, k + C) - D) * a->scale;
+            __m256 d8 = _mm256_set1_ps(d[j]);
+            for (int c = 0; c < 8; c++) dq[c] = _mm256_fmadd_ps(d8, LD(k + 8 * c), dq[c]);
+        }
+        float *g = dqkv + row * ldg + hd;
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(g + 8 * c, _mm256_add_ps(LD(g + 8 * c), dq[c]));
+    }
+    int i0 = 0;
+    for (int j = 0; j < nk; j++) {
+        while (i0 < nq && len[i0] <= j) i0++;
+        if (i0 == nq) break;
+        __m256 dk[8], dv[8];
+        for (int c = 0; c < 8; c++) dk[c] = dv[c] = _mm256_setzero_ps();
+        for (int i = i0; i < nq; i++) {
+            const long row = qrows[i];
+            const float *q = qkv + row * a->ldq + hd, *dO = dout + row * ldd + hd;
+            __m256 p8 = _mm256_set1_ps(pw[(long)i * nk + j]), s8 = _mm256_set1_ps(ps[(long)i * nk + j]);
+            for (int c = 0; c < 8; c++) {
+                dv[c] = _mm256_fmadd_ps(p8, LD(dO + 8 * c), dv[c]);
+                dk[c] = _mm256_fmadd_ps(s8, LD(q + 8 * c), dk[c]);
+            }
+        }
+        float *gk = dqkv + krows[j] * ldg + C + hd, *gv = gk + C;
+        for (int c = 0; c < 8; c++) {
+            _mm256_storeu_ps(gk + 8 * c, _mm256_add_ps(LD(gk + 8 * c), dk[c]));
+            _mm256_storeu_ps(gv + 8 * c, _mm256_add_ps(LD(gv + 8 * c), dv[c]));
+        }
+    }
+}
+
 /* dqkv [M, 3C] (row stride ldg, zeroed by the caller) from dout [M, C] (row stride ldd),
    the forward's out and lse */
 int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, long ldo,
@@ -382,52 +439,52 @@ int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, l
                                  const int *order, int s, int time_major, int H, float scale)
 {
     prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
-    const long C = (long)H * 64;
+    const long C = (long)H * 64, most = P > s ? P : s, nk_max = P + s;
     int failed = 0;
 #pragma omp parallel
     {
-        long *rows = malloc(sizeof(long) * (P + s + 1));
-        float *w = malloc(sizeof(float) * (P + s + 8));
-        if (!rows || !w) {
+        long *qrows = malloc(sizeof(long) * most), *krows = malloc(sizeof(long) * nk_max);
+        int *len = malloc(sizeof(int) * most);
+        float *pw = malloc(sizeof(float) * most * nk_max), *ps = malloc(sizeof(float) * most * nk_max);
+        int ok = qrows && krows && len && pw && ps;
+        if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for collapse(2) schedule(dynamic)
         for (int u = 0; u < U; u++)
             for (int h = 0; h < H; h++) {
-                if (!rows || !w) continue;
-                FOR_QUERIES(&a, u, {
-                    const float *q = qkv + row * ldq + (long)h * 64;
-                    const float *dO = dout + row * ldd + (long)h * 64;
-                    float D = dot64(dO, out + row * ldo + (long)h * 64);
-                    float l = lse[row * H + h];
-                    int L = key_rows(&a, kind, u, n, i, rows);
-                    for (int j = 0; j < L; j++)
-                        w[j] = dot64(q, qkv + rows[j] * ldq + C + (long)h * 64) * scale;
-                    __m256 l8 = _mm256_set1_ps(l);
-                    int j0 = 0;
-                    for (; j0 + 8 <= L; j0 += 8)  /* the weights: exp(score - lse) <= 1 */
-                        _mm256_storeu_ps(w + j0, exp_nonpos(_mm256_sub_ps(LD(w + j0), l8)));
-                    for (; j0 < L; j0++) w[j0] = expf(w[j0] - l);
-                    __m256 dq[8];
-                    for (int c = 0; c < 8; c++) dq[c] = _mm256_setzero_ps();
-                    for (int j = 0; j < L; j++) {
-                        const float *k = qkv + rows[j] * ldq + C + (long)h * 64;
-                        const float *v = k + C;
-                        float p = w[j];
-                        float ds = p * (dot64(dO, v) - D) * scale;
-                        float *dk = dqkv + rows[j] * ldg + C + (long)h * 64, *dv = dk + C;
-                        axpy64(p, dO, dv);
-                        axpy64(ds, q, dk);
-                        __m256 d8 = _mm256_set1_ps(ds);
-                        for (int c = 0; c < 8; c++) dq[c] = _mm256_fmadd_ps(d8, LD(k + 8 * c), dq[c]);
+                if (!ok) continue;
+                const int st = start[u], np = P - st;
+                const long hd = (long)h * 64;
+                for (int i = 0; i < st; i++) {  /* padding: attends to itself with weight 1 */
+                    const long row = (long)u * P + i;
+                    axpy64(1.0f, dout + row * ldd + hd, dqkv + row * ldg + 2 * C + hd);
+                }
+                for (int i = 0; i < np; i++) {  /* the prompt's real tokens, causally */
+                    krows[i] = qrows[i] = (long)u * P + st + i;
+                    len[i] = i + 1;
+                }
+                backward_set(&a, h, qrows, len, np, krows, np, out, ldo, lse, dout, ldd, dqkv,
+                             ldg, pw, ps);
+                for (int b = 0; b < B; b++) {  /* each completion row of the prompt's blocks */
+                    if (order[b] != u) continue;
+                    for (int g = 0; g < G; g++) {
+                        const int n = b * G + g;
+                        for (int j = 0; j < s; j++) {
+                            krows[np + j] = qrows[j] = comp_row(&a, n, j);
+                            len[j] = np + j + 1;
+                        }
+                        backward_set(&a, h, qrows, len, s, krows, np + s, out, ldo, lse, dout,
+                                     ldd, dqkv, ldg, pw, ps);
                     }
-                    float *g = dqkv + row * ldg + (long)h * 64;
-                    for (int c = 0; c < 8; c++) _mm256_storeu_ps(g + 8 * c, _mm256_add_ps(LD(g + 8 * c), dq[c]));
-                })
+                }
             }
-        free(rows);
-        free(w);
+        free(qrows);
+        free(krows);
+        free(len);
+        free(pw);
+        free(ps);
     }
     return failed ? -1 : 0;
 }
