@@ -14,7 +14,7 @@ libgomp.so.1; the library links the same soname, so the loader hands it the copy
 loaded).
 
 Everything here is optional: without a C compiler, on a CPU without AVX2 and FMA, or with
-ROOKWORLD_NATIVE=0 (read once per process), both lookups give None and the callers keep
+ROOKWORLD_NATIVE=0 (read once per process), every lookup below gives None and the callers keep
 torch's operations (the same functions up to float rounding; tests pin both). CC picks
 the compiler (default cc)."""
 from __future__ import annotations
@@ -34,6 +34,7 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
 def enabled() -> bool:
+    """ROOKWORLD_NATIVE: 1 (default) to use the kernels where they build, 0 for torch's."""
     value = os.environ.get("ROOKWORLD_NATIVE", "1").strip().lower()
     if value not in ("0", "1", "false", "true", "off", "on"):
         raise ValueError(f"ROOKWORLD_NATIVE must be 0 or 1, got {value!r}")
@@ -123,7 +124,6 @@ def gelu_kernels():
     """(gelu_, gelu_gate, gelu_backward) (see kernels.c), or None."""
     lib = library()
     return (lib.rw_gelu_, lib.rw_gelu_gate, lib.rw_gelu_backward) if lib is not None else None
-
 
 
 def prefix_attention_kernels():
