@@ -585,6 +585,9 @@ def _native_prefix_attention(u_mask: Tensor, order: Tensor, g: int, s: int, time
         c = qkv.shape[1] // 3
         if qkv.dtype != torch.float32 or c != 64 * n_head or qkv.device.type != "cpu":
             return None
+        if qkv.shape[0] != u * p + order.shape[0] * g * s:  # the kernel indexes every row
+            raise ValueError(f"attention input has {qkv.shape[0]} rows, the layout "
+                             f"{u * p + order.shape[0] * g * s}")
         return _PrefixAttention.apply(qkv, kernels, meta, n_head)
     return run
 
