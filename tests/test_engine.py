@@ -265,3 +265,26 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", str(platform.libc_ver()[0] == "glibc")]
+
+
+@pytest.mark.parametrize("setting, kept", [("auto", 1), (0, 0), (512, 0)])
+def test_auto_keeps_freed_heap_for_small_models(tiny_overrides, monkeypatch, setting, kept):
+    """Under auto a model below AUTO_MMAP_MIN_PARAMS keeps freed heap memory for reuse;
+    an explicit setting leaves that alone."""
+    from rookworld import engine as engine_mod
+
+    calls = []
+    monkeypatch.setattr(engine_mod, "keep_freed_heap", lambda: calls.append(1))
+    _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
+    assert len(calls) == kept
+
+
+def test_keep_freed_heap_goes_through_glibc():
+    import platform
+    import subprocess
+    import sys
+
+    code = "from rookworld.engine import keep_freed_heap as k; print(k())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(platform.libc_ver()[0] == "glibc")]
