@@ -126,7 +126,9 @@ def keep_freed_heap() -> bool:
     models under AUTO_MMAP_MIN_PARAMS when mmap_threshold_kib is auto: with glibc's moving
     thresholds a 4-layer step (4 x 8 x 64) faulted in 13-14k fresh pages and ran in
     0.758-0.797 s, with these in 5 and 0.730-0.752 s, peak RSS 604-606 vs 607-625 MB
-    (three process pairs, session 11). Returns whether glibc took both."""
+    (three process pairs, session 11); on the main job (8 x 8 rows of up to 160 tokens)
+    four pairs came out 1.8% the other way, inside the host's noise (benchmarks/README.md).
+    Returns whether glibc took both."""
     mallopt = _glibc("mallopt")
     return bool(mallopt and mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_KIB * 1024)
                 and mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_KIB * 1024))

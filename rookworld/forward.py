@@ -566,19 +566,29 @@ def prompt_completion_attention(u_mask: Tensor, row_mask: Tensor, order: Tensor,
     return attend
 
 
+def left_pad_starts(mask: Tensor) -> Tensor | None:
+    """[R,P] 0/1 mask -> each row's first real position, int32 [R], when every row is
+    left-padded (real from there to the end, what the native kernels index), else None."""
+    p = mask.shape[1]
+    start = p - mask.bool().sum(-1)
+    if not torch.equal(torch.arange(p, device=mask.device)[None, :] >= start[:, None],
+                       mask.bool()):
+        return None
+    return start.to(torch.int32).contiguous()
+
+
 def _native_prefix_attention(u_mask: Tensor, order: Tensor, g: int, s: int, time_major: bool):
     """For `prompt_completion_attention`: a function (qkv [M,3C], n_head) -> attention
     output [M,C] through the native kernel (`native.prefix_attention_kernels`), None where
     it does not take the call (heads other than 64, not float32 on CPU); or None where the
     kernel does not run here or the prompts are not left-padded."""
     kernels = native.prefix_attention_kernels()
-    if kernels is None or u_mask.device.type != "cpu":
+    start = left_pad_starts(u_mask) if kernels is not None and u_mask.device.type == "cpu" \
+        else None
+    if start is None:
         return None
     u, p = u_mask.shape
-    start = p - u_mask.bool().sum(-1)
-    if not torch.equal(torch.arange(p)[None, :] >= start[:, None], u_mask.bool()):
-        return None
-    meta = (u, p, start.to(torch.int32).contiguous(), order.shape[0], g,
+    meta = (u, p, start, order.shape[0], g,
             order.to(torch.int32).contiguous(), s, int(time_major))
 
     def run(qkv: Tensor, n_head: int) -> Tensor | None:

@@ -31,6 +31,7 @@ from .forward import (
     check_gpt2,
     final_norm,
     group_order,
+    left_pad_starts,
     linear,
     lm_head,
     pack_weights,
@@ -157,10 +158,7 @@ class KVCache:
         zero = torch.zeros(ok.shape, dtype=self.k.dtype, device=ok.device)
         self.bias = zero.masked_fill(~ok, float("-inf"))[:, None]
         if self.kernel is not None:
-            start = self.p - prompt_mask.bool().sum(-1)
-            suffix = torch.arange(self.p, device=start.device)[None, :] >= start[:, None]
-            if torch.equal(suffix, prompt_mask.bool()):
-                self.start = start.to(torch.int32).contiguous()
+            self.start = left_pad_starts(prompt_mask)
 
     def attend(self, layer: int, t: int, qkv: Tensor) -> Tensor:
         """Completion token t's attention in this layer: its keys and values (from qkv

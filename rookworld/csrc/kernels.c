@@ -60,6 +60,31 @@ static inline float hsum(__m256 a)
     return _mm_cvtss_f32(s);
 }
 
+static inline float max_of(const float *x, int L)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < L; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* x[j] = exp(x[j] - shift) for j < L (every x[j] <= shift); returns their sum */
+static float exp_shifted(float *x, int L, float shift)
+{
+    __m256 m8 = _mm256_set1_ps(shift), sum8 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= L; j += 8) {
+        __m256 e = exp_nonpos(_mm256_sub_ps(LD(x + j), m8));
+        _mm256_storeu_ps(x + j, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = hsum(sum8);
+    for (; j < L; j++) {
+        x[j] = expf(x[j] - shift);
+        sum += x[j];
+    }
+    return sum;
+}
+
 static inline float dot64(const float *q, const float *k)
 {
     __m256 a = _mm256_mul_ps(LD(q), LD(k)), b = _mm256_mul_ps(LD(q + 8), LD(k + 8));
@@ -112,21 +137,8 @@ static void group_head(const float *qkv, long qs, float *kv, const int *start, f
             sc[(size_t)g * W + np + s] = dot64(qv + g * 64, k + (size_t)g * 64);
     }
     for (int g = 0; g < G; g++) {  /* softmax numerators; 1 / sum into qv[g * 64] */
-        float *x = sc + (size_t)g * W, mx = -INFINITY;
-        for (int j = 0; j < L; j++) mx = x[j] > mx ? x[j] : mx;
-        __m256 m8 = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
-        int j = 0;
-        for (; j + 8 <= L; j += 8) {
-            __m256 e = exp_nonpos(_mm256_sub_ps(LD(x + j), m8));
-            _mm256_storeu_ps(x + j, e);
-            sum8 = _mm256_add_ps(sum8, e);
-        }
-        float sum = hsum(sum8);
-        for (; j < L; j++) {
-            x[j] = expf(x[j] - mx);
-            sum += x[j];
-        }
-        qv[g * 64] = 1.0f / sum;
+        float *x = sc + (size_t)g * W;
+        qv[g * 64] = 1.0f / exp_shifted(x, L, max_of(x, L));
     }
     for (size_t c = 0; c < (size_t)G * 64; c++) acc[c] = 0.0f;
     for (int j = 0; j < np; j++) {
@@ -271,23 +283,37 @@ static inline long comp_row(const prefix_t *a, int n, int j)
     return mp + (a->tm ? (long)j * N + n : (long)n * a->s + j);
 }
 
-/* keys of query (kind, u, n, i): kind 0 = prompt token i of u, 1 = completion token i of
-   row n; fills rows[] with the key rows, returns their count */
-static int key_rows(const prefix_t *a, int kind, int u, int n, int i, long *rows)
+/* The query sets of task (prompt u, head h), both directions walk them alike: the
+   prompt's real tokens (keys = queries, rows start..P-1, query i sees the first i + 1),
+   then each completion row n of the prompt's blocks (keys: the prompt's np real tokens,
+   then the row's s tokens; its token j sees the first np + j + 1). */
+static int prompt_set(const prefix_t *a, int u, long *qrows, int *len, long *krows)
 {
-    int c = 0, st = a->start[u];
-    if (kind == 0) {
-        if (i < st) {
-            rows[c++] = (long)u * a->P + i;
-            return c;
-        }
-        for (int j = st; j <= i; j++) rows[c++] = (long)u * a->P + j;
-        return c;
+    const int st = a->start[u], np = a->P - st;
+    for (int i = 0; i < np; i++) {
+        krows[i] = qrows[i] = (long)u * a->P + st + i;
+        len[i] = i + 1;
     }
-    for (int j = st; j < a->P; j++) rows[c++] = (long)u * a->P + j;
-    for (int j = 0; j <= i; j++) rows[c++] = comp_row(a, n, j);
-    return c;
+    return np;
 }
+
+static void row_set(const prefix_t *a, int n, int np, long *qrows, int *len, long *krows)
+{
+    for (int j = 0; j < a->s; j++) {
+        krows[np + j] = qrows[j] = comp_row(a, n, j);
+        len[j] = np + j + 1;
+    }
+}
+
+typedef struct {
+    float *out;  /* [M, C] (row stride ldo): written forward, read backward */
+    long ldo;
+    float *lse;  /* [M, H] */
+    const float *dout;  /* backward: [M, C] (row stride ldd) */
+    long ldd;
+    float *dqkv;  /* backward: [M, 3C] (row stride ldg), zeroed by the caller */
+    long ldg;
+} prefix_io;
 
 /* w[j] = scale * q . (base + rows[j] * ld)[0..64) for j < L, four keys at a time (eight
    independent accumulator chains, one horizontal reduction per four) */
@@ -323,100 +349,42 @@ static void dots64(const float *q, const float *base, const long *rows, long ld,
     for (; j < L; j++) w[j] = dot64(q, base + rows[j] * ld) * scale;
 }
 
-/* one query: scores over its keys -> softmax weights in w (returns the log-sum-exp) */
-static float query_weights(const prefix_t *a, const float *q, int h, const long *rows, int L,
-                           float *w)
+/* The forward of one query set (see prompt_set): each query's weights in w, its output
+   and log-sum-exp into io. */
+static void forward_set(const prefix_t *a, const prefix_io *io, int h, const long *qrows,
+                        const int *len, int nq, const long *krows, float *w)
 {
-    const long C = (long)a->H * 64;
-    float mx = -INFINITY;
-    dots64(q, a->qkv + C + (long)h * 64, rows, a->ldq, L, a->scale, w);
-    for (int j = 0; j < L; j++) mx = w[j] > mx ? w[j] : mx;
-    __m256 m8 = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 8 <= L; j += 8) {
-        __m256 e = exp_nonpos(_mm256_sub_ps(LD(w + j), m8));
-        _mm256_storeu_ps(w + j, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    float sum = hsum(sum8);
-    for (; j < L; j++) {
-        w[j] = expf(w[j] - mx);
-        sum += w[j];
-    }
-    float inv = 1.0f / sum;
-    for (j = 0; j < L; j++) w[j] *= inv;
-    return mx + logf(sum);
-}
-
-/* run the body for every query of task (u, h), with kind, n, i and row set */
-#define FOR_QUERIES(a, u, ...)                                                          \
-    for (int i_ = 0; i_ < (a)->P; i_++) {                                                \
-        int kind = 0, n = -1, i = i_;                                                    \
-        long row = (long)(u) * (a)->P + i_;                                              \
-        __VA_ARGS__                                                                            \
-    }                                                                                    \
-    for (int b_ = 0; b_ < (a)->B; b_++) {                                                \
-        if ((a)->order[b_] != (u)) continue;                                             \
-        for (int g_ = 0; g_ < (a)->G; g_++)                                              \
-            for (int j_ = 0; j_ < (a)->s; j_++) {                                        \
-                int kind = 1, n = b_ * (a)->G + g_, i = j_;                              \
-                long row = comp_row((a), n, j_);                                         \
-                __VA_ARGS__                                                                    \
-            }                                                                            \
-    }
-
-/* out [M, C] (row stride ldo), lse [M, H] */
-int rw_prefix_attention(const float *qkv, long ldq, float *out, long ldo, float *lse, int U,
-                        int P, const int *start, int B, int G, const int *order, int s,
-                        int time_major, int H, float scale)
-{
-    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
-    int failed = 0;
-#pragma omp parallel
-    {
-        long *rows = malloc(sizeof(long) * (P + s + 1));
-        float *w = malloc(sizeof(float) * (P + s + 8));
-        if (!rows || !w) {
-#pragma omp atomic write
-            failed = 1;
+    const long C = (long)a->H * 64, hd = (long)h * 64;
+    for (int i = 0; i < nq; i++) {
+        const long row = qrows[i];
+        const int L = len[i];
+        dots64(a->qkv + row * a->ldq + hd, a->qkv + C + hd, krows, a->ldq, L, a->scale, w);
+        const float mx = max_of(w, L), sum = exp_shifted(w, L, mx), inv = 1.0f / sum;
+        io->lse[row * a->H + h] = mx + logf(sum);
+        __m256 o[8];
+        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
+        for (int j = 0; j < L; j++) {
+            const float *v = a->qkv + krows[j] * a->ldq + 2 * C + hd;
+            __m256 wj = _mm256_set1_ps(w[j] * inv);
+            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(wj, LD(v + 8 * c), o[c]);
         }
-#pragma omp for collapse(2) schedule(dynamic)
-        for (int u = 0; u < U; u++)
-            for (int h = 0; h < H; h++) {
-                if (!rows || !w) continue;
-                FOR_QUERIES(&a, u, {
-                    const float *q = qkv + row * ldq + (long)h * 64;
-                    int L = key_rows(&a, kind, u, n, i, rows);
-                    float l = query_weights(&a, q, h, rows, L, w);
-                    lse[row * H + h] = l;
-                    __m256 o[8];
-                    for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
-                    for (int j = 0; j < L; j++) {
-                        const float *v = qkv + rows[j] * ldq + 2L * H * 64 + (long)h * 64;
-                        __m256 wj = _mm256_set1_ps(w[j]);
-                        for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(wj, LD(v + 8 * c), o[c]);
-                    }
-                    float *dst = out + row * ldo + (long)h * 64;
-                    for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + 8 * c, o[c]);
-                })
-            }
-        free(rows);
-        free(w);
+        float *dst = io->out + row * io->ldo + hd;
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + 8 * c, o[c]);
     }
-    return failed ? -1 : 0;
 }
 
 /* The backward of one query set: queries qrows[0..nq) of head h, query i attending over
    the first len[i] of the keys krows[0..nk) (len non-decreasing). Pass 1, query by query:
    the weights P and dS into pw, ps ([nq, nk]) and dq; pass 2, key by key: dk and dv summed
    in registers over the queries that see the key, added to dqkv once. */
-static void backward_set(const prefix_t *a, int h, const long *qrows, const int *len, int nq,
-                         const long *krows, int nk, const float *out, long ldo,
-                         const float *lse, const float *dout, long ldd, float *dqkv, long ldg,
-                         float *pw, float *ps)
+static void backward_set(const prefix_t *a, const prefix_io *io, int h, const long *qrows,
+                         const int *len, int nq, const long *krows, int nk, float *pw,
+                         float *ps)
 {
-    const long C = (long)a->H * 64, hd = (long)h * 64;
-    const float *qkv = a->qkv;
+    const long C = (long)a->H * 64, hd = (long)h * 64, ldo = io->ldo, ldd = io->ldd,
+               ldg = io->ldg;
+    const float *qkv = a->qkv, *out = io->out, *lse = io->lse, *dout = io->dout;
+    float *dqkv = io->dqkv;
     for (int i = 0; i < nq; i++) {
         const long row = qrows[i];
         const int L = len[i];
@@ -424,11 +392,7 @@ static void backward_set(const prefix_t *a, int h, const long *qrows, const int 
         const float D = dot64(dO, out + row * ldo + hd), l = lse[row * a->H + h];
         float *w = pw + (long)i * nk, *d = ps + (long)i * nk;
         dots64(q, qkv + C + hd, krows, a->ldq, L, a->scale, w);
-        __m256 l8 = _mm256_set1_ps(l);
-        int j0 = 0;
-        for (; j0 + 8 <= L; j0 += 8)  /* the weights: exp(score - lse) <= 1 */
-            _mm256_storeu_ps(w + j0, exp_nonpos(_mm256_sub_ps(LD(w + j0), l8)));
-        for (; j0 < L; j0++) w[j0] = expf(w[j0] - l);
+        exp_shifted(w, L, l);  /* the weights: exp(score - lse) */
         __m256 dq[8];
         for (int c = 0; c < 8; c++) dq[c] = _mm256_setzero_ps();
         dots64(dO, qkv + 2 * C + hd, krows, a->ldq, L, 1.0f, d);  /* dO . v */
@@ -464,52 +428,52 @@ static void backward_set(const prefix_t *a, int h, const long *qrows, const int 
     }
 }
 
-/* dqkv [M, 3C] (row stride ldg, zeroed by the caller) from dout [M, C] (row stride ldd),
-   the forward's out and lse */
-int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, long ldo,
-                                 const float *lse, const float *dout, long ldd, float *dqkv,
-                                 long ldg, int U, int P, const int *start, int B, int G,
-                                 const int *order, int s, int time_major, int H, float scale)
+/* Every task (prompt, head), forward or backward; -1 when work space ran out. */
+static int prefix_tasks(const prefix_t *a, const prefix_io *io, int backward)
 {
-    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
-    const long C = (long)H * 64, most = P > s ? P : s, nk_max = P + s;
+    const long C = (long)a->H * 64, most = a->P > a->s ? a->P : a->s, nk = a->P + a->s;
     int failed = 0;
 #pragma omp parallel
     {
-        long *qrows = malloc(sizeof(long) * most), *krows = malloc(sizeof(long) * nk_max);
+        long *qrows = malloc(sizeof(long) * most), *krows = malloc(sizeof(long) * nk);
         int *len = malloc(sizeof(int) * most);
-        float *pw = malloc(sizeof(float) * most * nk_max), *ps = malloc(sizeof(float) * most * nk_max);
-        int ok = qrows && krows && len && pw && ps;
+        /* weights: one query's forward, a whole set's backward (with dS) */
+        float *pw = malloc(sizeof(float) * (backward ? most * nk : nk));
+        float *ps = backward ? malloc(sizeof(float) * most * nk) : NULL;
+        const int ok = qrows && krows && len && pw && (ps || !backward);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for collapse(2) schedule(dynamic)
-        for (int u = 0; u < U; u++)
-            for (int h = 0; h < H; h++) {
+        for (int u = 0; u < a->U; u++)
+            for (int h = 0; h < a->H; h++) {
                 if (!ok) continue;
-                const int st = start[u], np = P - st;
                 const long hd = (long)h * 64;
-                for (int i = 0; i < st; i++) {  /* padding: attends to itself with weight 1 */
-                    const long row = (long)u * P + i;
-                    axpy64(1.0f, dout + row * ldd + hd, dqkv + row * ldg + 2 * C + hd);
+                for (int i = 0; i < a->start[u]; i++) {  /* padding attends to itself */
+                    const long row = (long)u * a->P + i;
+                    const float *q = a->qkv + row * a->ldq + hd;
+                    if (backward)  /* weight 1, dS 0: only v's gradient */
+                        axpy64(1.0f, io->dout + row * io->ldd + hd,
+                               io->dqkv + row * io->ldg + 2 * C + hd);
+                    else {
+                        io->lse[row * a->H + h] = dot64(q, q + C) * a->scale;
+                        copy64(q + 2 * C, io->out + row * io->ldo + hd);
+                    }
                 }
-                for (int i = 0; i < np; i++) {  /* the prompt's real tokens, causally */
-                    krows[i] = qrows[i] = (long)u * P + st + i;
-                    len[i] = i + 1;
-                }
-                backward_set(&a, h, qrows, len, np, krows, np, out, ldo, lse, dout, ldd, dqkv,
-                             ldg, pw, ps);
-                for (int b = 0; b < B; b++) {  /* each completion row of the prompt's blocks */
-                    if (order[b] != u) continue;
-                    for (int g = 0; g < G; g++) {
-                        const int n = b * G + g;
-                        for (int j = 0; j < s; j++) {
-                            krows[np + j] = qrows[j] = comp_row(&a, n, j);
-                            len[j] = np + j + 1;
-                        }
-                        backward_set(&a, h, qrows, len, s, krows, np + s, out, ldo, lse, dout,
-                                     ldd, dqkv, ldg, pw, ps);
+                const int np = prompt_set(a, u, qrows, len, krows);
+                if (backward)
+                    backward_set(a, io, h, qrows, len, np, krows, np, pw, ps);
+                else
+                    forward_set(a, io, h, qrows, len, np, krows, pw);
+                for (int b = 0; b < a->B; b++) {
+                    if (a->order[b] != u) continue;
+                    for (int g = 0; g < a->G; g++) {
+                        row_set(a, b * a->G + g, np, qrows, len, krows);
+                        if (backward)
+                            backward_set(a, io, h, qrows, len, a->s, krows, np + a->s, pw, ps);
+                        else
+                            forward_set(a, io, h, qrows, len, a->s, krows, pw);
                     }
                 }
             }
@@ -520,6 +484,28 @@ int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, l
         free(ps);
     }
     return failed ? -1 : 0;
+}
+
+/* out [M, C] (row stride ldo), lse [M, H] */
+int rw_prefix_attention(const float *qkv, long ldq, float *out, long ldo, float *lse, int U,
+                        int P, const int *start, int B, int G, const int *order, int s,
+                        int time_major, int H, float scale)
+{
+    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
+    prefix_io io = {out, ldo, lse, NULL, 0, NULL, 0};
+    return prefix_tasks(&a, &io, 0);
+}
+
+/* dqkv [M, 3C] (row stride ldg, zeroed by the caller) from dout [M, C] (row stride ldd),
+   the forward's out and lse */
+int rw_prefix_attention_backward(const float *qkv, long ldq, const float *out, long ldo,
+                                 const float *lse, const float *dout, long ldd, float *dqkv,
+                                 long ldg, int U, int P, const int *start, int B, int G,
+                                 const int *order, int s, int time_major, int H, float scale)
+{
+    prefix_t a = {qkv, ldq, U, P, B, G, s, H, time_major, start, order, scale};
+    prefix_io io = {(float *)out, ldo, (float *)lse, dout, ldd, dqkv, ldg};
+    return prefix_tasks(&a, &io, 1);
 }
 
 int rw_available(void) { return 1; }
