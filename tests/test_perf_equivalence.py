@@ -65,6 +65,9 @@ def _run(overrides: list[str]) -> dict:
             "completion_ids": r.completion_ids.tolist(),
             "completion_mask": r.completion_mask.tolist(),
             "prompt_ids": r.prompt_ids.tolist(),
+            # each row's prompt without its left padding: the padded width is a setting
+            # (sampler.pad_to_multiple_of), not part of the sample
+            "prompts": [ids[m.bool()].tolist() for ids, m in zip(r.prompt_ids, r.prompt_mask)],
             "logprobs": r.logprobs.tolist(),
             "ref_logprobs": batch.ref_logprobs.tolist(),
             "rewards": batch.rewards.tolist(),
@@ -95,7 +98,11 @@ def test_same_seed_same_samples_and_losses_as_before(name, overrides):
     want = json.loads(GOLDEN.read_text())[name]
     assert len(got["steps"]) == len(want["steps"]) == 2
     for step, (g, w) in enumerate(zip(got["steps"], want["steps"])):
-        for key in ("prompt_ids", "completion_ids", "completion_mask"):
+        for got_prompt, want_ids in zip(g["prompts"], w["prompt_ids"], strict=True):
+            pads = len(want_ids) - len(got_prompt)
+            assert want_ids[pads:] == got_prompt and set(want_ids[:pads]) <= {0}, \
+                f"step {step}: prompt changed"  # 0: the char tokenizer's end-of-text (pad)
+        for key in ("completion_ids", "completion_mask"):
             assert g[key] == w[key], f"step {step}: {key} changed"
         for key in ("logprobs", "ref_logprobs", "rewards"):
             assert torch.allclose(torch.tensor(g[key]), torch.tensor(w[key]), atol=2e-5), \

@@ -30,6 +30,42 @@ def test_left_pad_and_positions():
     assert positions_from_mask(mask).tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
+def test_left_pad_to_a_multiple_of_a_width():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0, multiple=4)
+    assert ids.tolist() == [[0, 5, 6, 7], [0, 0, 0, 8]]
+    assert mask.tolist() == [[0, 1, 1, 1], [0, 0, 0, 1]]
+    assert left_pad([[5] * 8], pad_id=0, multiple=4)[0].shape == (1, 8)  # already a multiple
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_padding_prompts_to_a_multiple_leaves_samples_unchanged(policy, temperature):
+    """pad_to_multiple_of only widens the masked padding: the same seed samples the same
+    tokens with the same log-probs, and the batch is as wide as the setting says."""
+    ps, out = prompts(policy) * 2, {}
+    for multiple in (1, 8, 16):
+        s = SamplingSettings(temperature=temperature, max_new_tokens=12, pad_to_multiple_of=multiple)
+        out[multiple] = sample(policy.model, ps, s, policy.eos_id, torch.Generator().manual_seed(4))
+        assert out[multiple].prompt_ids.shape[1] % multiple == 0
+    longest = max(len(p) for p in ps)
+    assert out[1].prompt_ids.shape[1] == longest < out[16].prompt_ids.shape[1]
+    for multiple in (8, 16):
+        assert torch.equal(out[multiple].completion_ids, out[1].completion_ids)
+        assert torch.equal(out[multiple].completion_mask, out[1].completion_mask)
+        torch.testing.assert_close(out[multiple].logprobs, out[1].logprobs, atol=1e-5, rtol=0)
+
+
+def test_the_position_limit_counts_real_prompt_tokens_not_padding(policy):
+    """A prompt that fits the model's positions with max_new_tokens still fits when the
+    batch's padding makes it wider than that (positions count real tokens only)."""
+    n_pos = policy.model.config.n_positions
+    prompt = [1 + i % 90 for i in range(n_pos - 4 - 2)]  # + 4 new tokens: 2 positions spare
+    s = SamplingSettings(temperature=0, max_new_tokens=4, pad_to_multiple_of=32)
+    r = sample(policy.model, [prompt], s, policy.eos_id)
+    assert r.prompt_ids.shape[1] + 4 > n_pos
+    with pytest.raises(ValueError, match="positions"):
+        sample(policy.model, [prompt + [1, 2, 3]], s, policy.eos_id)
+
+
 def test_filter_logits_top_k_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isinf(filter_logits(logits, 2, 1.0)).tolist() == [[False, False, True, True]]
@@ -78,7 +114,8 @@ def test_same_seed_same_samples_and_min_new_tokens(policy):
 
 
 @pytest.mark.parametrize("key,value", [("temperature", -1), ("top_p", 0.0), ("top_p", 1.5),
-                                       ("max_new_tokens", 0), ("min_new_tokens", 99)])
+                                       ("max_new_tokens", 0), ("min_new_tokens", 99),
+                                       ("pad_to_multiple_of", 0)])
 def test_settings_reject_bad_values_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"sampler.{key}"):
         SamplingSettings(**{key: value, "max_new_tokens": 10} if key != "max_new_tokens"

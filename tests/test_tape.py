@@ -60,9 +60,10 @@ def test_tape_gradients_equal_the_teacher_forced_backward(g, settings):
 
 def test_tape_kept_only_within_its_budget():
     model = build_random(n_layer=2, n_embd=32, n_head=4, n_positions=64, seed=1).model.eval()
-    s = SamplingSettings(max_new_tokens=5)
-    # 3 distinct prompts of 16 rows are not blocks of equal prompts: 16 groups of one
-    need = Tape.size(model.config, 3, 5, 16, 4, 16)
+    s = SamplingSettings(max_new_tokens=5, pad_to_multiple_of=8)
+    # 3 distinct prompts (of up to 5 tokens, padded to 8) of 16 rows are not blocks of
+    # equal prompts: 16 groups of one
+    need = Tape.size(model.config, 3, 8, 16, 4, 16)
     gen = torch.Generator().manual_seed(0)
     (_, tape), = sample(model, _prompts(4), s, 0, gen, tape_budget=need).tapes
     assert tape.nbytes == need  # the budget check counts what the tape and its cache hold
