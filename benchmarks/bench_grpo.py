@@ -84,16 +84,16 @@ def overrides(a) -> list[str]:
 
 def prompt_draws(a):
     """(config, task mix, pools, reward): the prompts of step s are
-    mix.draw(pools, P, s, seed) for both implementations."""
+    mix.draw(pools, P, s, seed) for both implementations. Only the config, the data, the
+    task mix and the reward are imported here, so the TRL process carries none of
+    rookworld's engine (its matrix-library probe, kernels, sweep modules)."""
     from rookworld.config import compose, instantiate
     from rookworld.data_io import read_samples
-    from rookworld.train import build_parts
 
     cfg = compose(overrides(a))
-    parts = build_parts(cfg)
     train = read_samples(cfg.data.train)
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
-    return cfg, parts, pools, instantiate(cfg.reward)
+    return cfg, instantiate(cfg.task_mix), pools, instantiate(cfg.reward)
 
 
 def param_checksum(model) -> float:
@@ -105,15 +105,16 @@ def rookworld_worker(a, conn) -> None:
     import torch
 
     from rookworld.engine import peak_memory_mb
-    from rookworld.train import build_engine
+    from rookworld.train import build_engine, build_parts
 
-    cfg, parts, pools, reward = prompt_draws(a)
+    cfg, mix, pools, reward = prompt_draws(a)
+    parts = build_parts(cfg)  # validates the config, as `python -m rookworld.train` does
     torch.manual_seed(cfg.seed)
     engine = build_engine(cfg, parts, reward)
     conn.send({"checksum": param_checksum(engine.model), "threads": torch.get_num_threads()})
     step = 0
     while conn.recv() == "step":
-        samples = parts.task_mix.draw(pools, a.prompts, step, cfg.seed)
+        samples = mix.draw(pools, a.prompts, step, cfg.seed)
         t0 = time.perf_counter()
         batch = engine.rollout(samples, step)
         m = batch.metrics | engine.update(batch, step)
@@ -137,10 +138,9 @@ def trl_worker(a, conn) -> None:
 
     from rookworld.model import build_random, save_policy
 
-    cfg, parts, pools, reward = prompt_draws(a)
+    cfg, mix, pools, reward = prompt_draws(a)
     steps = a.warmup + a.steps
-    draws = [s for step in range(steps) for s in parts.task_mix.draw(pools, a.prompts, step,
-                                                                      cfg.seed)]
+    draws = [s for step in range(steps) for s in mix.draw(pools, a.prompts, step, cfg.seed)]
     by_prompt = {s.prompt: s for s in draws}
     timers = dict.fromkeys(PHASES, 0.0)
 
