@@ -1,9 +1,10 @@
 """Policies: the embedded character-level GPT-2, random tiny GPT-2s, and hub/local
 checkpoints such as RookWorld-LM-124M, all returned as one `Policy` bundle.
 
-Every loader forces dropout to 0 (policy and reference must agree at step 0)
-and keeps weights in fp32 (the optimiser steps fp32 master weights; bf16 is an
-autocast option on GPUs only).
+The model is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' model classes);
+tokenizers are transformers' fast tokenizers. Every loader sets dropout to 0 in the config
+(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32
+(the optimiser steps fp32 master weights; bf16 is an autocast option on GPUs only).
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
+
+from .gpt2 import GPT2Config, GPT2LMHeadModel
 
 EOS = "<|endoftext|>"
 EMBEDDED_DIR = Path(__file__).parent / "assets" / "model"
 # Every printable ASCII character: covers both task formats and keeps any text encodable.
 CHAR_ALPHABET = string.printable[:95]
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout")
+# what a hub snapshot fetches: config, safetensors weights, tokenizer files
+HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "tokenizer.json",
+             "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+             "added_tokens.json"]
 
 
 @dataclass
@@ -83,30 +90,34 @@ def build_random(n_layer: int = 4, n_embd: int = 256, n_head: int = 4, n_positio
                         pad_token_id=0, tie_word_embeddings=True)
     _no_dropout(config)
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config).eval()
+    model = GPT2LMHeadModel(config).init_weights_().eval()  # transformers' draws for the seed
     return Policy(model, tok, eos_id=tok.eos_token_id)
 
 
 def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only: bool = False,
                     revision: str | None = None) -> Policy:
-    """Load a causal LM and its tokenizer from a hub id or a local directory in the
-    hub layout (config.json, model.safetensors, tokenizer files).
+    """Load a GPT-2 and its tokenizer from a hub id or a local directory in the hub
+    layout (config.json, model.safetensors, tokenizer files).
 
-    Dropout is forced to 0; pad = eos; left padding; weights cast to fp32; the
-    tokenizer must fit the embedding matrix.
+    A hub id is fetched into the hub cache first (`snapshot_download`, only the files
+    named in HUB_FILES: never pickled weights or code). Dropout is set to 0; pad = eos;
+    left padding; weights cast to fp32; the tokenizer must fit the embedding matrix.
     """
     from transformers import AutoTokenizer
 
     if Path(path).expanduser().exists():
-        path, local_files_only = str(Path(path).expanduser()), True
+        directory = Path(path).expanduser()
     elif path.startswith(("/", ".", "~")) or path.count("/") != 1:
         raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id "
                                 "(owner/name)")
-    kwargs = dict(local_files_only=local_files_only, revision=revision)
-    tok = AutoTokenizer.from_pretrained(path, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, use_safetensors=True,
-        **{k: 0.0 for k in DROPOUT_KEYS[:3]}, **kwargs)
+    else:
+        from huggingface_hub import snapshot_download
+
+        directory = Path(snapshot_download(path, revision=revision, allow_patterns=HUB_FILES,
+                                           local_files_only=local_files_only))
+    tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    model = GPT2LMHeadModel.from_pretrained(directory, dtype=torch.float32,
+                                            **{k: 0.0 for k in DROPOUT_KEYS[:3]})
     _no_dropout(model.config)
     if tok.eos_token_id is None:
         raise ValueError(f"model.path={path!r}: tokenizer has no end-of-text token")

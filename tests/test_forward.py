@@ -21,6 +21,12 @@ def policy():
     return build_random(n_layer=2, n_embd=64, n_head=4, n_positions=128, seed=3)
 
 
+@pytest.fixture(scope="module")
+def hf(policy):
+    """transformers' GPT2LMHeadModel with the policy's weights: the independent reference."""
+    return policy.model.to_transformers()
+
+
 pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (conftest)
 
 
@@ -100,25 +106,31 @@ def test_unique_prompts_and_group_order():
         assert g == 1 and order.tolist() == irregular
 
 
-def test_fast_logits_equal_transformers(policy):
+def test_fast_logits_equal_transformers(policy, hf):
     ids, mask, comp = batch(policy, ["P: abc ", "A: a much longer prompt+", "P: q "], g=3)
     fast = CompletionLogits(policy.model)(ids, mask, comp)
-    ref = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    ref = completion_logits(hf, ids, mask, comp, torch.ones_like(comp))
     assert fast.shape == ref.shape == (9, 9, 96)
     assert torch.allclose(fast, ref, atol=2e-5)
+    # the model's own plain forward (pretraining) too
+    plain = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    assert torch.allclose(plain, ref, atol=2e-5)
 
 
 @pytest.mark.parametrize("recompute", [True, False])
-def test_fast_gradients_equal_transformers(policy, recompute):
-    """With the layer norms and GELUs recomputed in backward and without."""
+def test_fast_gradients_equal_transformers(policy, hf, recompute):
+    """With the layer norms and GELUs recomputed in backward and without; transformers'
+    model holds the same weights under the same names."""
     ids, mask, comp = batch(policy, ["P: abc ", "A: longer prompt here+"], g=4)
     w = torch.randn(8, comp.shape[1], 96, generator=torch.Generator().manual_seed(1))
     grads = []
-    for fn in (lambda: CompletionLogits(policy.model, recompute)(ids, mask, comp),
-               lambda: completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))):
-        policy.model.zero_grad()
+    for model, fn in ((policy.model, lambda: CompletionLogits(policy.model, recompute)(
+            ids, mask, comp)), (hf, lambda: completion_logits(hf, ids, mask, comp,
+                                                              torch.ones_like(comp)))):
+        model.zero_grad()
         (fn() * w).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in policy.model.named_parameters()})
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
     for name, g in grads[0].items():
         assert torch.allclose(g, grads[1][name], atol=1e-4, rtol=1e-4), name
 

@@ -74,10 +74,11 @@ def test_filter_logits_top_k_top_p():
 
 
 def test_greedy_matches_transformers_generate(policy):
+    model = policy.model.to_transformers()  # transformers' class, the same weights
     for p in prompts(policy):
         r = sample(policy.model, [p], SamplingSettings(temperature=0, max_new_tokens=12),
                    policy.eos_id)
-        hf = policy.model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
+        hf = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
                                    pad_token_id=policy.eos_id)
         width = r.completion_ids.shape[1]
         assert r.completion_ids[0].tolist() == hf[0, len(p):len(p) + width].tolist()
