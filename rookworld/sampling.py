@@ -55,8 +55,9 @@ PACK_BELOW_ROWS = 64
 # tensors of a step (prefill, KV cache, tape, reference pass, update) then come in a few
 # sizes instead of one per longest prompt, so the heap reuses the memory the last step
 # freed instead of growing around blocks that no longer fit, and the CPU products meet
-# shapes they have compiled already. A 4 x 8 x 64 step (benchmarks/bench_grpo.py) peaked at
-# 821 MB after 20 steps with 1, 713 with 8; the padding is masked like any other.
+# shapes they have compiled already. 20 steps of 4 x 8 x 64 (benchmarks/bench_grpo.py, CPU
+# kernel caches of 64) peaked at 821 MB with 1 and still grew; with 8 at 713 MB, level from
+# step 10; the padding is masked like any other.
 PROMPT_WIDTH_MULTIPLE = 8
 
 
