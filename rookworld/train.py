@@ -37,7 +37,6 @@ from .engine import GRPOEngine, peak_memory_mb
 from .evaluation import Evaluator
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config, restore_redacted
-from .sweeps.trial import run_trial, study_ref
 
 
 @dataclass
@@ -262,6 +261,9 @@ def main(cfg: DictConfig) -> float:
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
+        # imported here: Optuna and SQLAlchemy take 15 MB that a single run does not need
+        from .sweeps.trial import run_trial, study_ref
+
         return run_trial(cfg, run_dir, run, study_ref(hc))
     return run(cfg, run_dir, multirun=multirun).objective
 
