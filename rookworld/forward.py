@@ -713,8 +713,9 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
 
 def completion_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                       completion_mask: Tensor, temperature: float = 1.0) -> Tensor:
-    """The transformers forward (any causal LM): logits [N,T,V] predicting each completion
-    token, divided by temperature. Reference for the fast path's tests."""
+    """A model's own forward (rookworld's `gpt2.GPT2LMHeadModel`, or transformers' class
+    from `to_transformers()`): logits [N,T,V] predicting each completion token, divided by
+    temperature. Reference for the fast path's tests."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
