@@ -12,7 +12,8 @@ import os as _os
 # so a run keeps adding shapes: 200 shapes of one 256 x 768 product took 132 MB (21 MB with
 # 16 each), and the main job's peak RSS rose from 918 to 1,602 MB over its 20 steps (16
 # each: 1,069 MB, level from step 8; 64 each: 1,218 MB). The price is building some products
-# again each step: the 4 x 8 x 64 benchmark step rebuilds ~27 (about 6 ms of its 330 ms);
+# again each step: the 4 x 8 x 64 benchmark step builds ~22 more than with 1,024 (about 6 ms
+# of its 330 ms);
 # the whole main job spent 292 ms building products at 16, 262 ms at 64. Both variables are
 # read when oneDNN first builds a product, which every rookworld import precedes; a value
 # already in the environment wins.

@@ -126,13 +126,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_weights(model, directory: Path) -> None:
-    """Load safetensors weights into an existing model (tied lm_head may be absent)."""
-    sd = load_file(str(Path(directory) / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"}:
-        raise ValueError(f"checkpoint {directory} does not fit the model: missing {missing}, "
-                         f"unexpected {unexpected}")
-    model.tie_weights()
+    """Load safetensors weights into an existing model (`gpt2.GPT2LMHeadModel.load_weights`:
+    the tied output matrix may be absent; anything that does not fit raises ValueError)."""
+    model.load_weights(load_file(str(Path(directory) / "model.safetensors")), str(directory))
 
 
 def load_checkpoint(path: Path, engine) -> dict:

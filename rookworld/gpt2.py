@@ -55,7 +55,7 @@ class GPT2Config(SimpleNamespace):
         return self.n_inner or 4 * self.n_embd
 
     def to_dict(self) -> dict:
-        return dict(vars(self)) | {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}
+        return dict(vars(self)) | {"architectures": ["GPT2LMHeadModel"]}
 
 
 class Conv1D(nn.Module):
@@ -200,12 +200,11 @@ class GPT2LMHeadModel(nn.Module):
         (directory / CONFIG).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, dtype: torch.dtype = torch.float32,
-                        **overrides) -> GPT2LMHeadModel:
+    def from_pretrained(cls, directory: str | Path, dtype: torch.dtype = torch.float32
+                        ) -> GPT2LMHeadModel:
         """A GPT-2 from a local directory in the hub layout (config.json and
-        model.safetensors; pickled weights are never read). overrides: config fields to
-        set (dropout keys, say). Raises ValueError for another architecture or weights
-        that do not fit the config."""
+        model.safetensors; pickled weights are never read). Raises ValueError for another
+        architecture or weights that do not fit the config."""
         directory = Path(directory)
         if not (directory / WEIGHTS).exists():
             raise OSError(f"{directory}: no {WEIGHTS} (rookworld reads safetensors only, "
@@ -214,7 +213,7 @@ class GPT2LMHeadModel(nn.Module):
         if raw.get("model_type") != "gpt2":
             raise ValueError(f"{directory}: model_type {raw.get('model_type')!r}; rookworld's "
                              "forward supports GPT-2 checkpoints only")
-        model = cls(GPT2Config(**(raw | overrides)))
+        model = cls(GPT2Config(**raw))
         model.load_weights(load_file(str(directory / WEIGHTS)), str(directory))
         return model.to(dtype)
 
@@ -247,7 +246,6 @@ class GPT2LMHeadModel(nn.Module):
 
         keys = {"model_type", "architectures", "dtype", "transformers_version"}
         hf = HFModel(HFConfig(**{k: v for k, v in vars(self.config).items() if k not in keys}))
-        hf.load_state_dict(self.state_dict(), strict=False)
-        hf.tie_weights()
+        hf.load_state_dict(self.state_dict())
         return hf.to(self.transformer.wte.weight.dtype).eval()
 

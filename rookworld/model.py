@@ -116,8 +116,7 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
         directory = Path(snapshot_download(path, revision=revision, allow_patterns=HUB_FILES,
                                            local_files_only=local_files_only))
     tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    model = GPT2LMHeadModel.from_pretrained(directory, dtype=torch.float32,
-                                            **{k: 0.0 for k in DROPOUT_KEYS[:3]})
+    model = GPT2LMHeadModel.from_pretrained(directory, dtype=torch.float32)
     _no_dropout(model.config)
     if tok.eos_token_id is None:
         raise ValueError(f"model.path={path!r}: tokenizer has no end-of-text token")

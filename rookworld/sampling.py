@@ -57,7 +57,7 @@ PACK_BELOW_ROWS = 64
 # freed instead of growing around blocks that no longer fit, and the CPU products meet
 # shapes they have compiled already. 20 steps of 4 x 8 x 64 (benchmarks/bench_grpo.py, CPU
 # kernel caches of 64) peaked at 821 MB with 1 and still grew; with 8 at 713 MB, level from
-# step 10; the padding is masked like any other.
+# step 12; the padding is masked like any other.
 PROMPT_WIDTH_MULTIPLE = 8
 
 
