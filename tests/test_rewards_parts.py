@@ -49,12 +49,35 @@ def test_policy_keys_and_perfect():
 
 
 def test_policy_repeated_move_counts_once_for_legal_and_top5():
-    # listed (a1b1, a1b1, a1a2): 2 distinct legal / 3 listed; top5 2 / max(2, 2) = 1;
+    # listed (a1b1, a1b1, a1a2): 2 distinct, both legal -> 1.0; top5 2 / max(2, 2) = 1;
     # eval error only from the first a1b1 (0.0) and a1a2 (|-0.5 - -0.3| = .2) -> .1
     parts = policy_parts(T, "M: a1b1 a1b1 a1a2 E: -0.1 5.0 -0.5 B: a1b1")
-    assert parts["legal"] == pytest.approx(2 / 3)
+    assert parts["legal"] == 1.0
     assert parts["top5"] == 1.0
     assert parts["eval_error"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("completion, legal", [
+    ("M: a1b1 a1b1 E: 0 0 B: a1b1", 1.0),            # a repeat counts once
+    ("M:  a1b1    a1b1  E: 0  0 B: a1b1", 1.0),      # whitespace does not matter
+    ("M: a1b1 a1b1 h7h8 E: 0 0 0 B: a1b1", 0.5),     # 1 of 2 distinct moves legal
+    ("M: a1b1 A1B1 E: 0 0 B: a1b1", 1.0),            # upper case is not UCI: not listed
+])
+def test_policy_legal_is_the_share_of_distinct_listed_moves(completion, legal):
+    assert policy_parts(T, completion)["legal"] == legal
+
+
+def test_policy_more_than_five_moves_is_malformed_in_every_reward():
+    from rookworld.chess_tasks import policy_sample
+    from rookworld.rewards.continuous import ContinuousReward
+    from rookworld.rewards.graduated import GraduatedReward
+    fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    s = policy_sample(fen, ("e2e4", "d2d4", "g1f3", "c2c4", "e2e3"), (0.3, 0.3, 0.2, 0.2, 0.1))
+    moves, evals = s.truth.moves * 2, s.truth.evals * 2  # the engine's five, twice
+    text = f"M: {' '.join(moves)} E: {' '.join(map(str, evals))} B: {s.truth.best}"
+    assert policy_parts(s.truth, text)["format"] == 0.0
+    assert GraduatedReward()(s, text).score == -0.3
+    assert ContinuousReward()(s, text).score < ContinuousReward()(s, s.completion).score
 
 
 def test_policy_extra_moves_lower_top5():

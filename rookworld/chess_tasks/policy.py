@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .sample import PolicyTruth, Sample
 
 FEN_WIDTH, MOVES_WIDTH, EVALS_WIDTH = 90, 30, 40
+MAX_MOVES = 5  # the engine's MultiPV lines: a longer list is malformed, not more credit
 UCI_RE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 _FIELDS_RE = re.compile(
     r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
@@ -97,6 +98,8 @@ def parse_policy(completion: str) -> ParsedPolicy:
         reasons.append("evals not all numbers")
     if len(move_toks) != len(eval_toks):
         reasons.append("moves and evals differ in count")
+    if len(move_toks) > MAX_MOVES:
+        reasons.append(f"more than {MAX_MOVES} moves")
     if not best:
         reasons.append("best move missing or not UCI")
     elif len(best_toks) > 1:

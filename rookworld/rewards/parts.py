@@ -42,8 +42,9 @@ def policy_parts(truth: PolicyTruth, completion: str) -> dict[str, float]:
     """Parts of a P completion (never raises on any string):
 
     - format: 1 if `parse_policy` finds every field well-formed, else 0.
-    - legal: share of the listed UCI-shaped moves that are legal in the FEN, a
-      repeated move counting once (0 when none listed).
+    - legal: share of the distinct listed UCI-shaped moves that are legal in the
+      FEN (a repeated move counts once, in numerator and denominator; 0 when none
+      listed).
     - best_legal: 1 if the `B:` move is legal.
     - top5: |listed ∩ engine moves| / max(|listed|, |engine moves|), over
       distinct moves: listing exactly the engine's moves scores 1; listing
@@ -69,7 +70,7 @@ def parsed_policy_parts(truth: PolicyTruth, parsed: ParsedPolicy) -> dict[str, f
     engine = set(truth.moves)
     return {
         "format": float(parsed.ok),
-        "legal": len(listed & legal) / len(parsed.moves) if parsed.moves else 0.0,
+        "legal": len(listed & legal) / len(listed) if listed else 0.0,
         "best_legal": float(parsed.best in legal),
         "top5": len(listed & engine) / max(len(listed), len(engine), 1),
         "eval_error": eval_error(truth, parsed.moves, parsed.evals),
