@@ -452,9 +452,9 @@ class GRPOEngine:
             ref_lp = b.ref_logprobs[rows]
             for name in ("k1", "k2", "k3"):
                 parts[f"kl/{name}"] = grpo.token_mean(
-                    grpo.KL_ESTIMATORS[name](logp.detach(), ref_lp), mask)
+                    grpo.masked_kl(name, logp.detach(), ref_lp, mask), mask)
             if beta > 0 or self.kl_estimator == "full":
-                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp)
+                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp, mask)
                 if self.kl_estimator == "full":
                     parts["kl/full"] = grpo.token_mean(kl_tok.detach(), mask)
             if beta > 0:
@@ -464,9 +464,9 @@ class GRPOEngine:
         parts.update({f"policy/{k}": v.detach() for k, v in stats.items()})
         return total, parts
 
-    def _kl_tokens(self, b, rows, logits, logp, ref_lp):
+    def _kl_tokens(self, b, rows, logits, logp, ref_lp, mask):
         if self.kl_estimator != "full":
-            return grpo.KL_ESTIMATORS[self.kl_estimator](logp, ref_lp)
+            return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
         r = b.rollout
         with torch.no_grad():
             ref_logits = CompletionLogits(self.ref)(r.prompt_ids[rows], r.prompt_mask[rows],

@@ -97,6 +97,14 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 KL_ESTIMATOR_NAMES = (*KL_ESTIMATORS, "full")  # "full" needs logits: the engine calls kl_full
 
 
+def masked_kl(name: str, logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
+    """Per-token KL estimator `name` with both log-prob tensors zeroed at padded positions
+    first: a pad's policy log-prob can lie far below the reference's (zeroed) one, and
+    exp(ref - logp) would overflow to inf there, whose gradient `where` cannot remove."""
+    m = mask.bool()
+    return KL_ESTIMATORS[name](torch.where(m, logp, 0.0), torch.where(m, ref_logp, 0.0))
+
+
 
 def _masked(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """x with padded positions set to 0 (where, not multiply: inf * 0 would be NaN)."""

@@ -22,6 +22,7 @@ from rookworld.grpo import (
     kl_k1,
     kl_k2,
     kl_k3,
+    masked_kl,
     seq_mean_token_mean,
     token_logprobs,
     token_mean,
@@ -129,6 +130,32 @@ def test_aggregators_ignore_nonfinite_padding():
     x[0, 3], x[1, 2] = float("inf"), float("nan")
     for agg in (token_mean, seq_mean_token_mean, ConstantNorm(4)):
         assert agg(x, M.bool()).item() == pytest.approx(agg(X, M).item())
+
+
+@pytest.mark.parametrize("name", ["k1", "k2", "k3"])
+def test_kl_gradient_is_finite_when_a_pads_policy_logprob_is_extreme(name):
+    # the reference's log-probs are zeroed at pads; the policy's own log-prob at a pad can
+    # be far below -88.7, where exp(ref - logp) overflows float32 (k3)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    base = torch.tensor([[-0.5, -1.0, -0.3], [-0.2, -0.7, -1.5]])
+    ref = torch.tensor([[-0.4, -1.2, 0.0], [-0.3, -0.6, -1.4]])
+    extreme = base.clone()
+    extreme[0, 2] = -200.0
+    grads = []
+    for lp in (base, extreme):
+        lp = lp.clone().requires_grad_(True)
+        token_mean(masked_kl(name, lp, ref, mask), mask).backward()
+        assert torch.isfinite(lp.grad).all()
+        grads.append(lp.grad)
+    torch.testing.assert_close(grads[0], grads[1])  # the pad's value changes nothing
+    assert grads[1][0, 2] == 0.0
+
+
+def test_unmasked_k3_at_an_extreme_pad_is_what_masked_kl_prevents():
+    lp = torch.tensor([[-0.5, -200.0]], requires_grad=True)
+    mask = torch.tensor([[1, 0]])
+    token_mean(kl_k3(lp, torch.zeros(1, 2)), mask).backward()
+    assert not torch.isfinite(lp.grad).all()  # where() drops the value, not its gradient
 
 
 def test_aggregators_vs_loops():
