@@ -4,10 +4,14 @@ Metrics (means over the split): `eval/P/<part>` and `eval/A/<part>` for every
 part of `rewards.parts` (P: format, legal, best_legal, top5, eval_error, best;
 A: format, fen_exact, fen_similarity, reward, flags, exact), `eval/<task>/reward`
 and `eval/reward` (the configured reward's mean score: the sweep objective).
+Each mean comes with its standard error under `eval_se/...` (sample standard
+deviation / sqrt(n)), so tables can print an interval beside every figure, and
+`eval_n/<task>` gives the number of samples behind it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
 
@@ -16,6 +20,47 @@ from .rewards.parts import env_parts, policy_parts
 from .sampling import SamplingSettings, sample
 
 PARTS = {"P": policy_parts, "A": env_parts}
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """(mean, standard error of the mean) of values; the error is 0 for fewer than 2."""
+    n = len(values)
+    mean = sum(values) / max(n, 1)
+    if n < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def se_key(key: str) -> str:
+    """The standard-error key of a metric: eval/P/best -> eval_se/P/best."""
+    prefix, _, rest = key.partition("/")
+    return f"{prefix}_se/{rest}"
+
+
+def interval(metrics: dict, key: str, z: float = 1.96) -> float | None:
+    """Half-width of the ~95% interval of metrics[key] (z standard errors), if known."""
+    se = metrics.get(se_key(key))
+    return None if se is None else z * se
+
+
+def with_interval(metrics: dict, key: str) -> str:
+    """'0.250 ± 0.038' (the ~95% interval), or '0.250' when no error is known."""
+    half = interval(metrics, key)
+    return f"{metrics[key]:.3f}" + ("" if half is None else f" ± {half:.3f}")
+
+
+def change_with_interval(first: dict, last: dict, key: str) -> str:
+    """'+0.100 ± 0.057': last - first with the interval of a difference of two
+    independent means (sqrt of the summed squares). The two evaluations share their
+    samples, so this is wider than a paired interval: a conservative test of a gain."""
+    a, b = interval(first, key), interval(last, key)
+    text = f"{last[key] - first[key]:+.3f}"
+    return text if a is None or b is None else text + f" ± {math.hypot(a, b):.3f}"
+
+
+INTERVAL_NOTE = ("± = ~95% interval (1.96 standard errors of the mean over the held-out "
+                 "samples; for a change, of the difference of the two means)")
 
 
 class Evaluator:
@@ -58,17 +103,20 @@ class Evaluator:
         metrics, examples, scores_all = {}, [], []
         for task, items in self.samples.items():
             texts = self.completions(policy, task, progress)
-            sums, scores = defaultdict(float), []
+            values, scores = defaultdict(list), []
             for s, text in zip(items, texts):
                 for k, v in PARTS[task](s.truth, text).items():
-                    sums[k] += v
+                    values[k].append(v)
                 scores.append(reward(s, text).score)
-            for k, v in sums.items():
-                metrics[f"{self.prefix}/{task}/{k}"] = v / len(items)
-            metrics[f"{self.prefix}/{task}/reward"] = sum(scores) / len(scores)
+            values["reward"] = scores
+            for k, v in values.items():
+                key = f"{self.prefix}/{task}/{k}"
+                metrics[key], metrics[se_key(key)] = mean_se(v)
+            metrics[f"{self.prefix}_n/{task}"] = len(items)
             scores_all += scores
             examples += [{"task": task, "prompt": s.prompt, "completion": t,
                           "reference": s.completion, "reward": sc}
                          for s, t, sc in list(zip(items, texts, scores))[:keep_examples]]
-        metrics[f"{self.prefix}/reward"] = sum(scores_all) / max(len(scores_all), 1)
+        key = f"{self.prefix}/reward"
+        metrics[key], metrics[se_key(key)] = mean_se(scores_all)
         return metrics, examples

@@ -39,12 +39,15 @@ def is_eval_row(metrics: dict) -> bool:
 
 
 def format_eval(metrics: dict) -> str:
-    """eval/* metrics on one line, grouped by task: 'eval/reward=0.2 | P: reward=0.1 ...'."""
+    """eval/* metrics on one line, grouped by task: 'eval/reward=0.2 | P: reward=0.1±0.03 ...'
+    (± the ~95% interval, 1.96 standard errors, where eval_se/* gives one)."""
     tasks: dict[str, list[str]] = {}
     for k, v in metrics.items():
         parts = k.split("/")
         if len(parts) == 3 and parts[0] == "eval":
-            tasks.setdefault(parts[1], []).append(f"{parts[2]}={fmt_value(v)}")
+            se = metrics.get(f"eval_se/{parts[1]}/{parts[2]}")
+            ci = "" if se is None else f"±{fmt_value(1.96 * se)}"
+            tasks.setdefault(parts[1], []).append(f"{parts[2]}={fmt_value(v)}{ci}")
     head = f"eval/reward={fmt_value(metrics['eval/reward'])}" if "eval/reward" in metrics else ""
     body = [f"{t}: " + " ".join(items) for t, items in sorted(tasks.items())]
     tail = [f"{fmt_duration(metrics['time/eval_s'])}"] if "time/eval_s" in metrics else []

@@ -27,6 +27,7 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from .evaluation import INTERVAL_NOTE, change_with_interval, with_interval  # noqa: E402
 from .loggers import is_eval_row  # noqa: E402
 
 
@@ -212,12 +213,14 @@ def fmt(v, spec: str = ".3f") -> str:
 
 
 def eval_table(run: Run) -> list[str]:
-    """Before (first evaluation), after (last), change and best over the run, per metric."""
+    """Before (first evaluation), after (last), change and best over the run, per metric,
+    each with its ~95% interval where the run logged standard errors."""
     if not run.evals:
         return ["No evaluation was logged."]
     first, last = run.evals[0], run.evals[-1]
     keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward")
-    lines = [f"| metric | before (step {first['step']}) | after (step {last['step']}) "
+    lines = [INTERVAL_NOTE + ".", "",
+             f"| metric | before (step {first['step']}) | after (step {last['step']}) "
              "| change | best (step) |", "|---|---|---|---|---|"]
     for k in [*keys, "eval/reward"]:
         if k not in last or k not in first:
@@ -226,8 +229,8 @@ def eval_table(run: Run) -> list[str]:
         # eval_error is an error (lower is better); every other eval metric is higher-better
         best = min if k.endswith("eval_error") else max
         i = values.index(best(values))
-        lines.append(f"| {k} | {fmt(first[k])} | {fmt(last[k])} | {last[k] - first[k]:+.3f} "
-                     f"| {fmt(values[i])} ({steps[i]}) |")
+        lines.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
+                     f"| {change_with_interval(first, last, k)} | {fmt(values[i])} ({steps[i]}) |")
     return lines
 
 

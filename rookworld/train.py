@@ -34,7 +34,7 @@ from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine, peak_memory_mb
-from .evaluation import Evaluator
+from .evaluation import INTERVAL_NOTE, Evaluator, change_with_interval, with_interval
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config, restore_redacted
 
@@ -167,10 +167,13 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
 def before_after_table(first: dict, last: dict) -> str:
     keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
                   and not k.startswith("eval/time")) + ["eval/reward"]
-    rows = ["| metric | before | after | change |", "|---|---|---|---|"]
+    n = ", ".join(f"{t}: {last[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in last)
+    rows = [f"{INTERVAL_NOTE}; samples per task {n or 'unknown'}", "",
+            "| metric | before | after | change |", "|---|---|---|---|"]
     for k in keys:
         if k in first and k in last:
-            rows.append(f"| {k} | {first[k]:.3f} | {last[k]:.3f} | {last[k] - first[k]:+.3f} |")
+            rows.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
+                        f"| {change_with_interval(first, last, k)} |")
     return "\n".join(rows)
 
 

@@ -131,3 +131,18 @@ def test_dpi_sets_the_picture_size(run_dir, tmp_path):
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(SystemExit, match="no metrics.jsonl"):
         report.main([str(tmp_path)])
+
+
+def test_eval_table_prints_each_figure_with_its_interval():
+    from rookworld.evaluation import mean_se
+    # 10 samples, 3 right: mean 0.3, sd sqrt(0.21 * 10 / 9), se = sd / sqrt(10) = 0.1528
+    mean, se = mean_se([1.0] * 3 + [0.0] * 7)
+    assert (mean, round(se, 4)) == (0.3, 0.1528)
+    first = {"step": -1, "eval/P/best": 0.1, "eval_se/P/best": 0.05, "eval/reward": 0.0}
+    last = {"step": 9, "eval/P/best": 0.3, "eval_se/P/best": 0.1, "eval/reward": 0.1}
+    run = report.Run(path=None, train=[], evals=[first, last], outcome={}, config={},
+                     overrides=[], examples=[], data={})
+    lines = report.eval_table(run)
+    # 1.96 * 0.05 = 0.098, 1.96 * 0.1 = 0.196, change: hypot(0.098, 0.196) = 0.219
+    assert "| eval/P/best | 0.100 ± 0.098 | 0.300 ± 0.196 | +0.200 ± 0.219 | 0.300 (9) |" in lines
+    assert "| eval/reward | 0.000 | 0.100 | +0.100 | 0.100 (9) |" in lines  # no error logged
