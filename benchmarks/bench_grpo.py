@@ -21,7 +21,7 @@ TRL phases: sample_s = `_generate_single_turn` (HF generate), score_s = reward
 functions, ref_s = no-grad log-prob passes (reference), update_s = the rest of
 the step (policy forward, backward, optimiser). Known TRL 1.16 defect, measured
 and not fixed here: its log-prob pass gives left-padded GPT-2 batches no
-position_ids, so positions count the padding (SPEC: ~9 nats per sequence off).
+position_ids, so positions count the padding (~9 nats per sequence off).
 
 `flop_bound_s` is the naive step's FLOPs (every row runs prompt + completion:
 sampling 2, reference 2, policy forward + backward 6 FLOPs per parameter per

@@ -1,7 +1,7 @@
 """GPT-2 forward passes over left-padded (prompt, completion) batches.
 
 Left-padded batches need explicit positions `cumsum(mask) - 1`: a plain
-transformers forward counts the padding (SPEC: ~9 nats off per sequence), so
+transformers forward counts the padding (~9 nats off per sequence), so
 every forward here passes them.
 
 The fast path (`completion_hidden`, `CompletionLogits`, `completion_logprobs`)

@@ -1,4 +1,4 @@
-"""The A (environment) task per SPEC.md, and its oracle (python-chess).
+"""The A (environment) task per docs/formats.md, and its oracle (python-chess).
 
     prompt     = "A: " + fen + "+" + move + "+" + history + "+"
     completion = new_fen + "+" + reward + "+" + terminated + "+" + truncated

@@ -1,4 +1,4 @@
-"""The P (policy) task: build, split and parse per SPEC.md.
+"""The P (policy) task: build, split and parse per docs/formats.md.
 
     "P: " + fen.ljust(90) + "M: " + moves.ljust(30) + "E: " + evals.ljust(40) + "B: " + best
 

@@ -1,4 +1,4 @@
-"""reward=graduated: partial credit on a ladder of levels (SPEC.md)."""
+"""reward=graduated: partial credit on a ladder of levels (docs/formats.md)."""
 
 from __future__ import annotations
 
