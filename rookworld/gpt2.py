@@ -169,19 +169,22 @@ class GPT2LMHeadModel(nn.Module):
         padding); every query also sees itself, so a padding row gives finite values."""
         n, s = input_ids.shape
         dev = input_ids.device
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+        allowed = None  # no mask: SDPA's causal kernel (right-padded batches need no mask)
+        if attention_mask is not None:
+            causal = torch.ones(s, s, dtype=torch.bool, device=dev).tril()
+            allowed = (causal & attention_mask.bool()[:, None, None, :]) | torch.eye(
+                s, dtype=torch.bool, device=dev)
+            if position_ids is None:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            position_ids = torch.arange(s, device=dev).expand(n, s)
         tr, c = self.transformer, self.config.n_embd
         x = tr.wte(input_ids) + tr.wpe(position_ids)
-        causal = torch.ones(s, s, dtype=torch.bool, device=dev).tril()
-        allowed = (causal & attention_mask.bool()[:, None, None, :]) | torch.eye(
-            s, dtype=torch.bool, device=dev)
         for blk in tr.h:
             h = blk.attn.c_attn(blk.ln_1(x))
             q, k, v = h.view(n, s, 3, blk.attn.num_heads, -1).permute(2, 0, 3, 1, 4)
-            att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                                 is_causal=allowed is None)
             x = x + blk.attn.c_proj(att.transpose(1, 2).reshape(n, s, c))
             x = x + blk.mlp.c_proj(F.gelu(blk.mlp.c_fc(blk.ln_2(x)), approximate="tanh"))
         return SimpleNamespace(logits=self.lm_head(tr.ln_f(x)))

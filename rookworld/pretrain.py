@@ -63,6 +63,39 @@ def get_lr(step: int, cfg) -> float:
     return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
+class Curve:
+    """Greedy held-out metrics against training compute, one JSON line per point
+    (`curve.jsonl`: step, samples seen, training minutes, metrics); the model card
+    plots it. A resumed run appends to it."""
+
+    def __init__(self, path: Path, policy, cfg, held_out):
+        from .evaluation import Evaluator
+        self.path, self.policy, self.cfg = path, policy, cfg
+        self.evaluator = Evaluator(held_out, instantiate(cfg.sampler),
+                                   max_per_task=cfg.curve_per_task)
+        self.reward = instantiate(cfg.reward)
+
+    def add(self, step: int, train_s: float) -> None:
+        self.policy.model.eval()
+        metrics = self.evaluator(self.policy, self.reward)[0]
+        row = {"step": step, "samples": step * self.cfg.batch_size,
+               "train_minutes": train_s / 60, **metrics}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def read_curve(path: Path) -> list[dict]:
+    """curve.jsonl's rows, last row per step (a resumed run may repeat a step)."""
+    rows = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a kill
+            continue
+        rows[r["step"]] = r
+    return [rows[k] for k in sorted(rows)]
+
+
 def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
     tmp = out / ".checkpoint.tmp"
     save_policy(policy, tmp / "model")
@@ -95,11 +128,13 @@ def main(cfg: DictConfig) -> None:
         step, elapsed = state["step"], state["elapsed"]
         torch.set_rng_state(state["rng"])
     rows = encode(policy, train)
+    curve = Curve(out / "curve.jsonl", policy, cfg, held_out)
     model = policy.model.train()
     t0 = time.perf_counter() - elapsed
     bar = tqdm(total=cfg.steps, initial=step, desc="pretrain", mininterval=5)
     log = open(out / "pretrain_log.jsonl", "a")
-    while step < cfg.steps and (time.perf_counter() - t0) < cfg.max_minutes * 60:
+    last = cfg.steps if cfg.stop_at is None else min(cfg.stop_at, cfg.steps)
+    while step < last and (time.perf_counter() - t0) < cfg.max_minutes * 60:
         for g in opt.param_groups:
             g["lr"] = get_lr(step, cfg)
         # the batch is a function of (seed, step): a resumed run trains on what an
@@ -119,6 +154,11 @@ def main(cfg: DictConfig) -> None:
         if step % cfg.checkpoint_every == 0:
             log.flush()
             save_state(out, policy, opt, step, time.perf_counter() - t0)
+        if cfg.curve_every and step % cfg.curve_every == 0:
+            t_eval = time.perf_counter()
+            curve.add(step, t_eval - t0)
+            t0 += time.perf_counter() - t_eval  # the budget counts training time only
+            model.train()
     bar.close()
     log.close()
     elapsed = time.perf_counter() - t0
