@@ -183,7 +183,7 @@ def test_bundled_splits_disjoint_and_eval_clean():
     assert not _keys(ASSETS / "train.jsonl.gz") & _keys(ASSETS / "eval.jsonl.gz")
     res = load_samples(ASSETS / "eval.jsonl.gz")
     assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
-    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [300, 300]
+    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [1000, 1000]
 
 
 @pytest.mark.slow
@@ -191,6 +191,6 @@ def test_bundled_splits_disjoint_and_eval_clean():
 def test_bundled_train_clean_with_every_oracle_outcome():
     res = load_samples(ASSETS / "train.jsonl.gz")
     assert res.report.dropped == 0 and not res.report.counts, res.report.summary()
-    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [8000, 8000]
+    assert [sum(s.task == t for s in res.samples) for t in "PA"] == [40000, 60000]
     rewards = {s.truth.reward for s in res.samples if s.task == "A"}
     assert rewards == {"0.001", "1.0", "0.5", "-1.0"}
