@@ -1,11 +1,18 @@
-"""The embedded model's card, written from what `pretrain` measured."""
+"""The embedded model's card and compute curve, written from what `pretrain` measured."""
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 from omegaconf import OmegaConf
+
+from .evaluation import INTERVAL_NOTE, with_interval
 
 P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")
+CURVE_KEYS = (("P", "format"), ("P", "best_legal"), ("P", "legal"), ("P", "top5"),
+              ("A", "format"), ("A", "fen_exact"), ("A", "flags"))
 
 
 def _table(metrics: dict) -> str:
@@ -14,22 +21,88 @@ def _table(metrics: dict) -> str:
         for k in keys:
             key = f"eval/{task}/{k}"
             if key in metrics:
-                rows.append(f"| {task} {k} | {metrics[key]:.3f} |")
+                rows.append(f"| {task} {k} | {with_interval(metrics, key)} |")
     return "\n".join(rows)
 
 
-def model_card(cfg, report: dict) -> str:
+def _counts(metrics: dict) -> str:
+    return ", ".join(f"{t} {metrics[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in metrics)
+
+
+def host() -> str:
+    """'<CPU model>, <n> cores' from /proc/cpuinfo where it exists."""
+    import os
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def plot_curve(rows: list[dict], out: Path) -> Path | None:
+    """Greedy held-out metrics against samples seen, with ~95% intervals (PNG)."""
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    x = [r["samples"] for r in rows]
+    for task, part in CURVE_KEYS:
+        key = f"eval/{task}/{part}"
+        if key not in rows[-1]:
+            continue
+        y = [r.get(key, float("nan")) for r in rows]
+        err = [1.96 * r.get(f"eval_se/{task}/{part}", 0.0) for r in rows]
+        ax.errorbar(x, y, yerr=err, marker="o", ms=3, capsize=2, label=f"{task} {part}")
+    ax.set_xlabel("training samples seen")
+    ax.set_ylabel("greedy held-out share")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title("embedded model: held-out metrics against pretraining compute")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _curve_table(rows: list[dict]) -> str:
+    lines = ["| step | samples | training min | P best_legal | P legal | A format | A fen_exact |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [with_interval(r, k) if k in r else "" for k in (
+            "eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact")]
+        lines.append(f"| {r['step']} | {r['samples']:,} | {r['train_minutes']:.1f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_card(cfg, report: dict, curve: list[dict] | None = None,
+               curve_png: str | None = None) -> str:
     overrides = OmegaConf.to_container(cfg, resolve=False)
     m = cfg.model
     ev = report["eval"]
     ext = ev.get("external")
+    curve_md = "no curve was recorded (`curve_every=0`)"
+    if curve:
+        curve_md = (f"Greedy metrics on the first {cfg.curve_per_task} held-out samples per task, "
+                    f"every {cfg.curve_every} steps:\n\n"
+                    + (f"![compute curve]({curve_png})\n\n" if curve_png else "")
+                    + _curve_table(curve))
     return f"""# rookworld embedded model
 
 A character-level GPT-2 ({m.n_layer} layers, {m.n_embd} wide, {m.n_head} heads,
 {report['parameters']:,} parameters, {m.n_positions} positions) trained by this project with
-`python -m rookworld.pretrain` on its own bundled data (rookworld/assets/data, see DATA_CARD.md):
-next-token loss on completions only, both tasks (P and A), exact RookWorld text formats.
-It stands in for RookWorld-LM-124M when no hub is reachable.
+`python -m rookworld.pretrain` on its own data (the train split of rookworld/assets/data,
+see DATA_CARD.md): next-token loss on completions only, both tasks (P and A), exact
+RookWorld text formats (docs/formats.md). It stands in for RookWorld-LM-124M when no hub
+is reachable.
 
 ## How it was made
 
@@ -37,16 +110,17 @@ It stands in for RookWorld-LM-124M when no hub is reachable.
         steps={cfg.steps} max_minutes={cfg.max_minutes} batch_size={cfg.batch_size} lr={cfg.lr} seed={cfg.seed}
 
 Trained for {report['steps']} of {cfg.steps} scheduled steps ({report['samples_seen']:,} samples,
-{report['minutes']:.1f} minutes on a 2-core CPU shared with other jobs; the run stops at
-`max_minutes`, so on a busy machine it ends before the schedule does). Batches are a
-function of (seed, step), so `resume=true` continues exactly. Model config:
-`{overrides.get('model')}`.
+{report['minutes']:.1f} training minutes) on {report.get('host', 'a CPU')}, torch
+{report.get('torch', '?')}, {report.get('threads', '?')} threads. The run stops at `max_minutes`,
+so on a busy machine it ends before the schedule does. Batches are a function of
+(seed, step), so `resume=true` continues exactly. Model config: `{overrides.get('model')}`.
 
-Greedy decoding is deterministic: `python -m rookworld.evaluate` (defaults: this model,
-{cfg.eval_per_task} held-out samples per task, and rook_val_500 when present) prints the
-figures below again.
+Greedy decoding is deterministic: `python -m rookworld.evaluate eval_per_task=0` (this model,
+the whole held-out split, and rook_val_500 when present) prints the figures below again.
 
-## Greedy metrics on the held-out split ({cfg.eval_per_task} samples per task)
+## Greedy metrics on the held-out split ({_counts(ev['held_out'])} samples)
+
+{INTERVAL_NOTE}.
 
 {_table(ev['held_out'])}
 
@@ -54,9 +128,14 @@ figures below again.
 
 {_table(ext) if ext else 'not measured (file not found when the model was made)'}
 
-Metric meanings: format = completion well-formed; legal = share of listed moves legal;
-best_legal = best move legal; best = best move equals the engine's; top5 = share of listed
-moves among the engine's top 5; eval_error = mean absolute eval error in pawns on matched
-moves (capped); A exact = whole completion equals the oracle's; fen_exact = next FEN exact;
-fen_similarity = per-square agreement; flags = terminated and truncated both right.
+## Compute curve
+
+{curve_md}
+
+Metric meanings (docs/formats.md): format = completion well-formed; legal = share of the
+distinct listed moves that are legal; best_legal = best move legal; best = best move equals
+the engine's; top5 = share of listed moves among the engine's top 5; eval_error = mean
+absolute eval error in pawns on matched moves (capped); A exact = whole completion equals
+the oracle's; fen_exact = next FEN exact; fen_similarity = per-square agreement; flags =
+terminated and truncated both right.
 """

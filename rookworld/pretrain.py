@@ -164,8 +164,10 @@ def main(cfg: DictConfig) -> None:
     elapsed = time.perf_counter() - t0
     save_state(out, policy, opt, step, elapsed)
     model.eval()
+    from .model_card import host
     report = {"steps": step, "minutes": elapsed / 60, "samples_seen": step * cfg.batch_size,
               "parameters": sum(p.numel() for p in model.parameters()),
+              "host": host(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "eval": measure(policy, cfg, held_out)}
     save_policy(policy, out / "model")
     atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))
@@ -178,8 +180,11 @@ def export(policy, cfg, report: dict) -> None:
     """Write the shipped model (safetensors, config, tokenizer) and its model card."""
     dest = Path(cfg.export_to).expanduser().resolve()
     save_policy(policy, dest)
-    from .model_card import model_card
-    atomic_write_text(dest / "MODEL_CARD.md", model_card(cfg, report))
+    from .model_card import model_card, plot_curve
+    curve = read_curve(Path(cfg.out_dir).expanduser().resolve() / "curve.jsonl")
+    png = plot_curve(curve, dest / "curve.png")
+    atomic_write_text(dest / "MODEL_CARD.md",
+                      model_card(cfg, report, curve, png.name if png else None))
     print(f"[rookworld] exported model to {dest}")
 
 

@@ -45,7 +45,10 @@ def _pretrain(out: Path, train: str, held_out: str, *extra: str):
 def test_pretrain_writes_its_curve_and_resumes_exactly(tmp_path, synthetic_data):
     train, held_out = synthetic_data
     _pretrain(tmp_path / "straight", train, held_out, "steps=4", "curve_every=2",
-              "checkpoint_every=2")
+              "checkpoint_every=2", f"export_to={tmp_path / 'export'}")
+    card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
+    assert "![compute curve](curve.png)" in card and "| 4 | 16 |" in card
+    assert (tmp_path / "export" / "curve.png").stat().st_size > 10_000
     curve = read_curve(tmp_path / "straight" / "curve.jsonl")
     assert [r["step"] for r in curve] == [2, 4] and [r["samples"] for r in curve] == [8, 16]
     assert all(0.0 <= r["eval/P/format"] <= 1.0 and "eval_se/P/format" in r for r in curve)
