@@ -116,6 +116,20 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
     if not str(cfg.device).startswith(("cpu", "cuda")):
         raise ConfigError(f"device must be cpu, cuda or cuda:N, got {cfg.device!r}")
+    if str(cfg.device).startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={cfg.device}: this torch build or machine has no CUDA "
+                              "device (torch.cuda.is_available() is False); use device=cpu")
+    sampler = cfg.get("sampler") or {}
+    for task, over in {"": sampler, **{f"per_task.{t}.": v for t, v in
+                                         (sampler.get("per_task") or {}).items()}}.items():
+        t = (over or {}).get("temperature")
+        if t is not None and isinstance(t, int | float) and t <= 0:
+            raise ConfigError(f"sampler.{task}temperature={t}: training samples a group of "
+                              "completions per prompt, and at temperature 0 (greedy) they are "
+                              "all the same and carry no signal; use a temperature > 0 "
+                              "(evaluation is greedy anyway)")
 
 
 def _locate(target: str, key: str):

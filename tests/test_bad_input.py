@@ -65,6 +65,8 @@ CONFIG_CASES = [
     (["task_mix.p_share=1.5"], "task_mix.p_share"),
     (["sweep.replicas=0"], "sweep.replicas"),
     (["examples_to_log=-1"], "examples_to_log"),
+    (["sampler.temperature=0"], "sampler.temperature"),  # greedy groups carry no signal
+    (["+sampler.per_task.P.temperature=0"], "sampler.per_task.P.temperature"),
     (["model.n_head=3"], "model.n_head"),  # 256 wide: 3 heads do not divide it
     (["reward=graduated_curriculum", "reward.steps=0"], "reward.steps"),
     (["optim=adamw_cosine", "steps=5"], "optim.schedule.warmup_steps"),  # warmup 10 > 5 steps
@@ -305,3 +307,9 @@ def test_run_directory_without_write_permission(tiny_overrides, tmp_path, no_mod
             run(compose(tiny_overrides), ro / "run")
     finally:
         ro.chmod(0o700)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_device_cuda_without_cuda_is_refused_naming_the_key(tiny_overrides):
+    with pytest.raises(ConfigError, match=r"device=cuda: .*no CUDA device.*device=cpu"):
+        build_parts(compose([*tiny_overrides, "device=cuda"]))

@@ -13,6 +13,7 @@ runs 5,000 per property. `python fuzz/fuzz_parsers.py --minutes 10` runs longer.
 import json
 import math
 import random
+import re
 
 import chess
 import pytest
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from rookworld.chess_tasks import Sample, env_sample, parse_env, parse_policy, policy_sample
 from rookworld.chess_tasks.environment import env_step, split_env_line
-from rookworld.chess_tasks.policy import parse_policy_line
+from rookworld.chess_tasks.policy import _fields, parse_policy_line
 from rookworld.data.loaders import load_lines
 from rookworld.data.validate import DEFECTS, check_env, check_policy
 from rookworld.redact import MASK, redact, redact_config
@@ -94,6 +95,24 @@ def test_parse_policy_never_raises_and_ok_means_consistent(text):
         assert all(math.isfinite(e) for e in p.evals)
     else:
         assert p.reason
+
+
+_REFERENCE_FIELDS = re.compile(r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
+_PIECES = st.sampled_from(["M:", "E:", "B:", " ", "  ", "\n", "e2e4", "0.3", "-1", "x", "M", ":"])
+
+
+@given(st.lists(_PIECES, max_size=30).map("".join))
+def test_parse_policy_fields_are_the_lazy_regexs(text):
+    # the linear field split reads the same fields as the regex it replaces
+    m = _REFERENCE_FIELDS.match(text)
+    assert _fields(text) == (None if m is None else (m["moves"], m["evals"], m["best"]))
+
+
+def test_parse_policy_refuses_over_long_input_at_once():
+    text = "M:" + " E: 1" * 4000  # many E: and no B:: quadratic for a backtracking regex
+    p = parse_policy(text)
+    assert not p.ok and "longer than" in p.reason
+    assert _fields(text) is None  # the split itself is one pass
 
 
 @given(p_samples())

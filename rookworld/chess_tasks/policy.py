@@ -15,8 +15,21 @@ from .sample import PolicyTruth, Sample
 FEN_WIDTH, MOVES_WIDTH, EVALS_WIDTH = 90, 30, 40
 MAX_MOVES = 5  # the engine's MultiPV lines: a longer list is malformed, not more credit
 UCI_RE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
-_FIELDS_RE = re.compile(
-    r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
+MAX_COMPLETION_CHARS = 1024  # a P completion is ~125 characters; longer input is malformed
+
+
+def _fields(text: str) -> tuple[str, str, str] | None:
+    """(moves, evals, best) of "<whitespace>M:<moves>E:<evals>B:<best>": moves end at the
+    first "E:", evals at the first "B:" after it. One pass of str.find, linear in the text
+    (a lazy regex over the same shape backtracks quadratically without a "B:")."""
+    body = text.lstrip()
+    if not body.startswith("M:"):
+        return None
+    e = body.find("E:", 2)
+    b = body.find("B:", e + 2) if e >= 0 else -1
+    if b < 0:
+        return None
+    return body[2:e], body[e + 2:b], body[b + 2:]
 
 
 def format_eval(pawns: float) -> str:
@@ -81,13 +94,13 @@ def parse_policy(completion: str) -> ParsedPolicy:
     """
     if not isinstance(completion, str):
         return ParsedPolicy(False, reason="not a string")
-    m = _FIELDS_RE.match(completion)
-    if m is None:
+    if len(completion) > MAX_COMPLETION_CHARS:
+        return ParsedPolicy(False, reason=f"longer than {MAX_COMPLETION_CHARS} characters")
+    fields = _fields(completion)
+    if fields is None:
         best = _lone_best(completion)
         return ParsedPolicy(False, best=best, reason="missing M:/E:/B: fields")
-    move_toks = m["moves"].split()
-    eval_toks = m["evals"].split()
-    best_toks = m["best"].split()
+    move_toks, eval_toks, best_toks = (f.split() for f in fields)
     moves = tuple(t for t in move_toks if UCI_RE.match(t))
     evals = tuple(x for x in (_parse_float(t) for t in eval_toks) if x is not None)
     best = best_toks[0] if best_toks and UCI_RE.match(best_toks[0]) else ""
