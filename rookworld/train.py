@@ -9,6 +9,7 @@ outcome (success, kl_failure, nan_failure, error) in the run directory.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -239,9 +240,12 @@ def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, logge
     return RunResult(outcome, run_dir, first, last, objective)
 
 
-def resolve_resume(cfg: DictConfig) -> tuple[DictConfig, Path | None]:
-    """resume=<run dir>: continue that run with its own saved config (steps may be raised;
-    secrets masked in the saved config are taken from this command's config)."""
+def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
+                   ) -> tuple[DictConfig, Path | None]:
+    """resume=<run dir>: continue that run with its own saved config. `overrides` are the
+    command line's: `steps=` there raises (or sets) the run's total; every other override
+    is reported and ignored (hydra.* aside); secrets masked in the saved config are taken
+    from this command's config."""
     if not cfg.resume:
         return cfg, None
     run_dir = Path(cfg.resume).expanduser().resolve()
@@ -252,15 +256,39 @@ def resolve_resume(cfg: DictConfig) -> tuple[DictConfig, Path | None]:
                           f"({run_dir / RUN_CONFIG} is missing)")
     old = OmegaConf.load(saved)
     restore_redacted(old, cfg)
-    old.steps, old.resume = cfg.steps, str(run_dir)
+    keys = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
+    if "steps" in keys:
+        old.steps = cfg.steps
+    ignored = [o for k, o in keys.items() if k not in ("steps", "resume")
+               and not k.startswith("hydra")]
+    if ignored:
+        print(f"[rookworld] resume={run_dir}: the run continues with its own config; "
+              f"ignored: {' '.join(ignored)}")
+    old.resume = str(run_dir)
     return old, run_dir
+
+
+def finished_outcome(run_dir: Path, steps: int) -> dict | None:
+    """outcome.json of a run that already succeeded through `steps` steps, else None."""
+    try:
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+    except (OSError, ValueError):
+        return None
+    done = isinstance(outcome, dict) and outcome.get("status") == "success" \
+        and isinstance(outcome.get("step"), int) and outcome["step"] >= steps
+    return outcome if done else None
+
+
+# Exit status of `python -m rookworld.train` (a single run) per outcome; an exception
+# (outcome `error`) exits 1 as Python does.
+EXIT_CODES = {"success": 0, "error": 1, "kl_failure": 3, "nan_failure": 4}
 
 
 @hydra.main(config_path="../conf", config_name="train",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
-    cfg, resumed_dir = resolve_resume(cfg)
+    cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
@@ -268,7 +296,15 @@ def main(cfg: DictConfig) -> float:
         from .sweeps.trial import run_trial, study_ref
 
         return run_trial(cfg, run_dir, run, study_ref(hc))
-    return run(cfg, run_dir, multirun=multirun).objective
+    if resumed_dir and (done := finished_outcome(resumed_dir, cfg.steps)):
+        print(f"[rookworld] resume={resumed_dir}: the run already finished its {done['step']} "
+              f"steps (outcome.json: success); nothing to do. Pass steps=N with N > "
+              f"{done['step']} to train further.")
+        return float(done.get("objective", 0.0))
+    result = run(cfg, run_dir, multirun=multirun)
+    if not multirun and result.outcome.status != "success":
+        sys.exit(EXIT_CODES[result.outcome.status])
+    return result.objective
 
 
 if __name__ == "__main__":

@@ -162,8 +162,8 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
     assert latest_checkpoint(broken).name == "step-000003"
 
-    resumed_cfg, run_dir = resolve_resume(compose(tiny_overrides + ["steps=4",
-                                                                    f"resume={broken}"]))
+    args = tiny_overrides + ["steps=4", f"resume={broken}"]
+    resumed_cfg, run_dir = resolve_resume(compose(args), args)
     assert run_dir == broken.resolve() and resumed_cfg.optim.lr == 0.01  # the run's config
     result = run(resumed_cfg, run_dir)
     assert result.outcome.status == "success"
@@ -176,9 +176,47 @@ def test_resume_reads_the_runs_own_config_even_if_hydra_overwrote_it(tiny_overri
     cfg = compose(tiny_overrides + ["steps=1", "optim.lr=0.003", "dry_run=true"])
     run(cfg, tmp_path)
     _save_run_config(compose(["model=tiny_random", "steps=1"]), tmp_path)  # the overwrite
-    resumed, _ = resolve_resume(compose(["model=tiny_random", "steps=2", f"resume={tmp_path}"]))
+    args = ["model=tiny_random", "steps=2", f"resume={tmp_path}"]
+    resumed, _ = resolve_resume(compose(args), args)
     assert resumed.optim.lr == 0.003 and resumed.model.n_embd == 32 and resumed.steps == 2
     assert resumed.data.train == cfg.data.train and resumed.resume == str(tmp_path.resolve())
+
+
+def test_resume_without_steps_keeps_the_runs_own_total(tiny_overrides, tmp_path):
+    cfg = compose(tiny_overrides + ["steps=7", "dry_run=true"])
+    run(cfg, tmp_path)
+    args = ["model=tiny_random", f"resume={tmp_path}", "optim.lr=0.5"]
+    resumed, _ = resolve_resume(compose(args), args)  # the default steps (20) is not asked for
+    assert resumed.steps == 7 and resumed.optim.lr == cfg.optim.lr  # lr=0.5 reported, ignored
+
+
+def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_overrides, tmp_path):
+    run_dir = tmp_path / "run"
+    first = _train(tiny_overrides + ["steps=2", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert first.wait(300) == 0
+    first.stdout.close()
+    before = {p.name: p.read_bytes() for p in (run_dir / "outcome.json", run_dir / "metrics.jsonl")}
+    for extra in ([], ["steps=1"], ["steps=2"]):
+        p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}", *extra],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "already finished its 2 steps" in p.stdout, p.stderr[-2000:]
+        assert before == {n: (run_dir / n).read_bytes() for n in before}
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}", "steps=3"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((run_dir / "outcome.json").read_text())["step"] == 3
+
+
+def test_a_kl_failure_exits_with_its_own_code(tiny_overrides, tmp_path):
+    from rookworld.train import EXIT_CODES
+    over = [o for o in tiny_overrides if not o.startswith("steps=")]
+    # weight decay moves the policy even when every group's rewards tie (zero advantages)
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", *over, "steps=3",
+                        "optim.lr=1e-2", "optim.weight_decay=0.1", "guard.kl.threshold=1e-9",
+                        "guard.kl.window=1", f"hydra.run.dir={tmp_path / 'run'}"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
+    assert outcome["status"] == "kl_failure" and p.returncode == EXIT_CODES["kl_failure"] == 3
 
 
 # ------------------------------------------------------------ SIGKILL, real CLI
