@@ -92,9 +92,8 @@ def _glibc(name: str):
 def release_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc malloc_trim). The engine calls it between
     phases when release_memory is set: resident memory between phases then follows the
-    live tensors, at the price of faulting the pages in again (on a 4-layer step it took
-    peak RSS from 800 to 785 MB and made the step ~10% slower, so it is off by default).
-    A no-op without glibc."""
+    live tensors, at the price of faulting the pages in again: a few MB less peak RSS for
+    a slower step, so it is off by default (benchmarks/README.md). A no-op without glibc."""
     trim = _glibc("malloc_trim")
     if trim:
         trim(0)
@@ -124,10 +123,8 @@ def keep_freed_heap() -> bool:
     of freed memory at its top for reuse instead of handing it back to the OS (glibc
     mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD; process-wide). The engine does this for
     models under AUTO_MMAP_MIN_PARAMS when mmap_threshold_kib is auto: with glibc's moving
-    thresholds a 4-layer step (4 x 8 x 64) faulted in 13-14k fresh pages and ran in
-    0.758-0.797 s, with these in 5 and 0.730-0.752 s, peak RSS 604-606 vs 607-625 MB
-    (three process pairs, session 11); on the main job (8 x 8 rows of up to 160 tokens)
-    four pairs came out 1.8% the other way, inside the host's noise (benchmarks/README.md).
+    thresholds a small model's step faults in thousands of fresh pages that these reuse,
+    for a faster step at no higher peak RSS (benchmarks/README.md, ablations).
     Returns whether glibc took both."""
     mallopt = _glibc("mallopt")
     return bool(mallopt and mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_KIB * 1024)
@@ -152,17 +149,13 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
 
     With glibc's moving threshold, the update's freed activations and gradients stay
-    resident as heap holes beside the weights, reference and optimiser state: at the
-    GPT-2-small shape (86M parameters, 2 x 8 x 64) the process peaked at 2,726 MB. With
-    1024 KiB during the update only (the rollout at 32 MiB, where glibc's threshold ends
-    up anyway), 2,535 MB (2,711 -> 2,452 with recompute_activations). The update's blocks
-    there are 2-9 MiB; faulting their fresh pages cost nothing measurable on a Zen 1 EPYC
-    (in-process A/B, update 11.48 vs 11.53 s, then 10.85 vs 11.13 s) but 13% of the update
-    on a Zen 3 EPYC (6.08 vs 5.37 s), kept for the memory. For a 3.2M-parameter model it cost
-    ~5% of the update (1.28 vs 1.21 s) to save nothing that matters (0.58 GB, mostly
-    libraries). So auto is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0. The same threshold
-    for the whole process (session 4) cost 6-20% of the step
-    (benchmarks/README.md)."""
+    resident as heap holes beside the weights, reference and optimiser state, which keeps
+    a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
+    rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
+    at the price of faulting fresh pages in (from nothing measurable to 13% of the update,
+    by host). A small model's update pays that price for no saving that matters, so auto
+    is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole
+    process instead of the update slows the whole step. Figures: benchmarks/README.md."""
     if setting == "auto":
         return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:

@@ -11,30 +11,21 @@ prompt is run once per distinct prompt and its keys/values are gathered for the
 G completions (gradients flow back through the gather and sum over the group).
 Same maths as one forward per row, about half the FLOPs at G = 8 when prompt
 and completion are of similar length. GELU is GPT-2's tanh form (`gelu_new`): fused
-into oneDNN's product where that runs it; without gradients otherwise, and in the
-update's replay, on CPU as a * sigmoid(2u) (`gelu_tanh`), the same function at about half
-the cost of torch's tanh; the teacher-forced training forward keeps torch's (its
-backward keeps one tensor less). Log-probs are taken in row chunks sized by the
-vocabulary, so an [N, T, V] log-softmax is never materialised for the whole batch at
-once.
+into oneDNN's product where that runs it; without gradients otherwise, and in the update's
+replay, on CPU as a * sigmoid(2u) (`gelu_tanh`, the native kernel where it builds), the same
+function at a fraction of torch's tanh cost; the teacher-forced training forward keeps
+torch's (its backward keeps one tensor less).
+Log-probs are taken in row chunks sized by the vocabulary, so an [N, T, V] log-softmax is
+never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`); which
-is fastest depends on the machine, not only its vendor: on one AMD EPYC oneDNN was 1.2-3x
-faster than MKL's sgemm; on an Intel Xeon MKL beat packed oneDNN at the 32-row products of
-decoding and was within 10% either way at 256-2048 rows; on an older AVX2 EPYC (Zen 1)
-MKL ran 64-80 GFLOP/s where oneDNN over GPT-2's transposed Conv1D weight ran 35-50 at
-768 wide (equal at 256); on a Zen 3 EPYC oneDNN's time for one product varied 2x between
-processes, MKL's did not. So non-Intel machines measure the two once (`_measured_choice`)
-and take oneDNN only when it is clearly faster.
-Decoding uses oneDNN weights packed once per rollout (`pack_weights`). torch.compile was
-measured and left out: on the first EPYC the compiled training pass ran no faster than
-eager MKL (0.86 s vs 0.87 s CPU for a 4-layer step, 63 s to compile) and 15% slower than
-eager oneDNN, and inductor cannot lower oneDNN's linear over weights that train; compiling
-the decoding step (unpacked, as inductor cannot lower the packed products either) took 58 s
-and then sampled 6x slower than eager on a Zen 3 EPYC. Also
-measured on the Xeon and left out (no gain, benchmarks/README.md): an attention that meets
-each prompt's keys once per group instead of gathering them per row. Recomputing layer
-norms and GELUs in backward (`recompute`) saves memory for time, so it is an option.
+On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`). Which is
+faster depends on the machine, not only its vendor, and oneDNN's speed can vary between
+processes, so non-Intel machines measure the two once (`_measured_choice`) and take oneDNN
+only when it is clearly faster. Decoding uses oneDNN weights packed once per rollout
+(`pack_weights`). torch.compile is not used: inductor cannot lower oneDNN's linear over
+packed or training weights, and compiled unpacked decoding ran slower than eager.
+Recomputing layer norms and GELUs in backward (`recompute`) trades time for memory, so it
+is an option. Measured figures: benchmarks/README.md.
 
 `block` can hand its activations to a `tape.Tape` while sampling, and `replay_attention`
 and `replay_mlp` differentiate a block from them, running only one of its four matrix
@@ -97,13 +88,11 @@ def _cpu_vendor() -> str:
 
 def _cpu_matmul() -> str:
     """Which library takes the float32 CPU matrix products, from ROOKWORLD_CPU_MATMUL:
-    onednn: oneDNN for every product (1.2-3x MKL's sgemm on the first AMD EPYC measured);
-    blas: MKL for the products of training and of decoding (on an Intel Xeon 1.0-1.7x
-    packed oneDNN at decoding's 32 rows, within 10% either way at 256-2048 rows), oneDNN for
-    no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference pass, ~6% faster
-    there); mkl: MKL for every product but decoding's, which use oneDNN-packed copies of
-    every block matrix (an AVX2 EPYC: MKL ~2x oneDNN over the transposed weight at 768
-    wide, packed oneDNN faster at decoding's rows). Either way a linear followed by GELU
+    onednn: oneDNN for every product; blas: MKL for the products of training and of
+    decoding, oneDNN for no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference
+    pass); mkl: MKL for every product but decoding's, which use oneDNN-packed copies of
+    every block matrix (for machines where oneDNN over GPT-2's transposed Conv1D weight is
+    slow but packed oneDNN wins at decoding's few rows). Either way a linear followed by GELU
     without gradients goes through oneDNN with the GELU fused, except under mkl.
     auto (the default): blas on Intel; elsewhere mkl or onednn as `_measured_choice` finds."""
     choice = os.environ.get("ROOKWORLD_CPU_MATMUL", "auto").lower()
@@ -124,11 +113,9 @@ def _measured_choice(rows: int = 512, width: int = 768, margin: float = 1.15,
     keeps the choice from flipping between runs on machines where the two are close (the
     results differ only in float rounding; set ROOKWORLD_CPU_MATMUL to pin it).
 
-    Close calls go to MKL: on a Zen 3 EPYC the same probe gave oneDNN/MKL time ratios of
-    1.0 to 1.8 from one process to the next (oneDNN itself 17 or 40 ms), so the old rule
-    (mkl only when MKL is 1.15x faster, best of 3) picked onednn in one process of five or
-    more, and those ran 11-15% slower (4-layer steps 1.54 vs 1.34 s, GPT-2 small 13.2 vs
-    11.9 s); the first EPYC measured (oneDNN 1.2-3x MKL) still picks onednn."""
+    Close calls go to MKL: on some machines oneDNN's time for this probe varies up to 2x
+    from one process to the next, and a process that picked oneDNN on a lucky probe ran
+    slower steps (benchmarks/README.md)."""
     import time
 
     gen = torch.Generator().manual_seed(0)
@@ -177,8 +164,8 @@ def _train_product_grads(x: Tensor, w: Tensor, gy: Tensor, needs: tuple[bool, bo
 
 
 # gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), 2u = a (GELU_C1 + GELU_C3 a^2): the
-# same function through torch's sigmoid, about twice as fast as its tanh on two Zen 3
-# cores ([1144, 4096] floats: 1.1 vs 2.1 ms), within 1e-6 of it in float64
+# same function through torch's sigmoid, about twice as fast as its tanh on CPU
+# (benchmarks/README.md), within 1e-6 of it in float64
 GELU_C1 = 2 * math.sqrt(2 / math.pi)
 GELU_C3 = GELU_C1 * 0.044715
 
@@ -217,8 +204,8 @@ class Gelu(torch.autograd.Function):
     """GPT-2's tanh GELU through the sigmoid form (see GELU_C1), keeping the gate s: its
     backward, s (1 + a (1 - s) (C1 + 3 C3 a^2)), needs no transcendental function. Each
     direction is one pass through the native kernel where it runs; through torch, the
-    backward takes eight elementwise passes (forward and backward at [1144, 4096] on two
-    Zen 3 cores: 14.1 ms, torch's tanh GELU 17.1 ms)."""
+    backward takes eight elementwise passes, still faster than torch's tanh GELU
+    (benchmarks/README.md)."""
 
     @staticmethod
     def forward(ctx, a):
@@ -373,10 +360,8 @@ def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
 
     recompute (with gradients): keep fewer activations for the backward. The normed
     inputs (2 x C a token) and the GELU output (4C) are recomputed there (_NormLinear,
-    _GeluLinear), of ~17C a layer keeps otherwise. GPT-2-small shape (2 x 8 x 64, one
-    chunk of 573 tokens): 424 -> 302 MB kept; the update 2.7% slower (in-process A/B,
-    11.34 vs 11.04 s), 6% at a 4-layer, 256-wide model, where elementwise passes weigh
-    more beside the products (1.13 vs 1.06 s)."""
+    _GeluLinear), of ~17C a layer keeps otherwise: less memory for a slower update
+    (benchmarks/README.md, ablations)."""
     n, s, c = x.shape
     attn, mlp, ln_1, ln_2 = blk.attn, blk.mlp, blk.ln_1, blk.ln_2
     lean = recompute and packed is None and torch.is_grad_enabled()

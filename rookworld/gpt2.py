@@ -2,12 +2,11 @@
 
 rookworld trains and samples through its own forward over a GPT-2's weights (`forward.py`,
 `sampling.py`); a model class is only the container of those weights, their loader and
-saver, and a plain forward for pretraining. transformers' GPT2LMHeadModel did that at a
-price paid by every process: importing it (transformers.modeling_utils) took 2.9 s and a
-393 MB peak against torch's 1.0 s and 285 MB. Part of that is torch._dynamo, which
-torch.optim imports in any training process anyway (2.1 s, 357 MB); a GRPO process still
-saves the rest (the 4 x 8 x 64 benchmark's peak RSS 694 -> 670 MB), and a process that
-only samples or evaluates saves all of it. This module keeps the same
+saver, and a plain forward for pretraining. Importing transformers' GPT2LMHeadModel
+(transformers.modeling_utils) costs every process seconds and memory beyond torch's;
+part of it is torch._dynamo, which torch.optim imports in any training process anyway, so
+a GRPO process saves the rest (benchmarks/README.md) and a process that only samples or
+evaluates saves all of it. This module keeps the same
 parameters under the same names and shapes (`transformer.h.0.attn.c_attn.weight`, the
 Conv1D layout [in, out], the output matrix tied to the token embedding), reads and writes
 the hub layout that transformers' class reads and writes (config.json + model.safetensors,

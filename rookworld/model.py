@@ -3,8 +3,8 @@ checkpoints such as RookWorld-LM-124M, all returned as one `Policy` bundle.
 
 The model is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' model classes);
 tokenizers are transformers' fast tokenizers. Every loader sets dropout to 0 in the config
-(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32
-(the optimiser steps fp32 master weights; bf16 is an autocast option on GPUs only).
+(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32,
+which the optimiser steps directly (no autocast or other mixed precision is implemented).
 """
 
 from __future__ import annotations

@@ -46,18 +46,17 @@ __all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "group_ord
            "per_task_settings", "positions_from_mask", "prefill_mask", "sample"]
 
 
-# Decode with oneDNN-packed weight copies below this many rows: packing took GPT-2-small
-# products from 38-55 to 55-83 GFLOP/s at 16-32 rows and bought nothing at 64, where
-# the copy (one more set of weights in memory) is not worth holding.
+# Decode with oneDNN-packed weight copies below this many rows: packing speeds up the
+# products of 16-32 rows and buys nothing at 64, where the copy (one more set of weights
+# in memory) is not worth holding (benchmarks/README.md).
 PACK_BELOW_ROWS = 64
 
 # Prompt batches are left-padded to a multiple of this width (SamplingSettings): the
 # tensors of a step (prefill, KV cache, tape, reference pass, update) then come in a few
 # sizes instead of one per longest prompt, so the heap reuses the memory the last step
 # freed instead of growing around blocks that no longer fit, and the CPU products meet
-# shapes they have compiled already. 20 steps of 4 x 8 x 64 (benchmarks/bench_grpo.py, CPU
-# kernel caches of 64) peaked at 821 MB with 1 and still grew; with 8 at 713 MB, level from
-# step 12; the padding is masked like any other.
+# shapes they have compiled already (peak RSS that levels off instead of growing:
+# benchmarks/README.md). The padding is masked like any other.
 PROMPT_WIDTH_MULTIPLE = 8
 
 
@@ -146,8 +145,7 @@ class KVCache:
     A decoding step's attention (`attend`) goes through the native kernel where it runs
     (float32 on CPU, heads of 64, left-padded prompts; `native`): each row reads only its
     own keys there, where torch's attention runs each group's G queries over the whole
-    block with the bias (G times the work; at 8 x 8 x 160 on the embedded model's shape a
-    rollout sampled in 1.85 instead of 2.86 s)."""
+    block with the bias (G times the work)."""
 
     def __init__(self, n_layer: int, prompt_keys: int, max_new: int, group: int, n_groups: int,
                  n_head: int, head_dim: int, dtype, device):
@@ -208,8 +206,8 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, t: int) -> Tensor:
     0..t: q [U,H,G,D] (`KVCache.write`) -> [N,C]. Each group's G queries meet the
     group's block in one product; the bias keeps every row to its own tokens (the G-1
     other rows' products are wasted work, cheaper than G separate row-sized products).
-    One fused attention call: on a Zen 3 EPYC 80-250 vs 140-320 us a 4-head layer for
-    a product, a bias add, a softmax and a product."""
+    One fused attention call instead of a product, a bias add, a softmax and a product
+    (torch's path, where the native kernel does not run)."""
     u, h, g, d = q.shape
     end = cache.p + (t + 1) * g
     out = F.scaled_dot_product_attention(q, cache.k[layer, :, :, :end],

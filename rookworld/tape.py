@@ -41,9 +41,8 @@ from .forward import (
 # sampler's cache (2C), kept with the tape
 PER_LAYER = 3
 # rows per MLP replay (evened out): its [rows, 4C] product, GELU and their gradients are
-# the largest tensors of a layer's backward, and products of ~1k rows and more keep their
-# rate (GPT-2 small, 1,158 rows: 4.67 s an update in one piece, 5.06 s in two of 579;
-# a 4-layer 256-wide model's 2,244 rows in two pieces: peak RSS ~30 MB lower than in one)
+# the largest tensors of a layer's backward, so pieces bound the peak, and products of ~1k
+# rows and more keep their rate, so pieces are not smaller than that
 MLP_ROWS = 1536
 
 

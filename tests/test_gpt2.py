@@ -104,8 +104,8 @@ def test_bad_checkpoints_are_refused_with_their_reason(tmp_path):
 
 
 def test_training_never_imports_transformers_model_classes():
-    """The engine and the embedded model load without transformers.modeling_utils (84 MB
-    on import, 71 of them torch._dynamo, which torch.optim imports anyway)."""
+    """The engine and the embedded model load without transformers.modeling_utils (what that
+    saves a GRPO process: benchmarks/README.md)."""
     code = """
 import sys
 from rookworld.config import compose

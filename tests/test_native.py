@@ -1,4 +1,6 @@
-"""The native decoding attention (rookworld/csrc/decode_attention.c) equals torch's path."""
+"""The native kernels (rookworld/csrc/kernels.c through rookworld/native.py): built once per
+source, switched off by ROOKWORLD_NATIVE=0, and decoding and teacher-forced attention equal
+to torch's paths (the GELU kernels: tests/test_forward.py)."""
 
 import os
 import platform

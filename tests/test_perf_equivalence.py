@@ -1,9 +1,9 @@
 """Optimisations change speed, not results: the same seed gives the same samples and
-the same losses as the engine did before the performance work (issue 9).
+the same losses as the unoptimised engine.
 
-tests/data/perf_golden.json was recorded with the engine as it stood before any
-optimisation (commit 3d700dc: HF forward for the loss and the reference, full
-prompt prefill per row); it is never re-recorded to make a test pass. Sampled ids
+tests/data/perf_golden.json holds that engine's output (commit 3d700dc: HF forward for
+the loss and the reference, full prompt prefill per row); it is never re-recorded to
+make a test pass. Sampled ids
 and masks must match exactly; log-probs, losses and norms to float32 rounding
 (the fast path shares each prompt's forward among its G rows and sums in a
 different order).

@@ -1,4 +1,4 @@
-"""Optuna sweeps (issue 7): the search space, what a trial records in its study, the
+"""Optuna sweeps: the search space, what a trial records in its study, the
 report, and sweeps run end to end through Hydra (basic, joblib and submitit launchers,
 several workers on one PostgreSQL study)."""
 
@@ -44,7 +44,7 @@ def _sweeper_cfg():
         return hydra_compose("train", overrides=[SEARCH], return_hydra_config=True)
 
 
-def test_search_space_is_the_issues():
+def test_search_space_spans_lr_beta_entropy_and_group_size():
     cfg = _sweeper_cfg()
     sw = cfg.hydra.sweeper
     assert sw.direction == "maximize" and sw.sampler._target_ == "optuna.samplers.TPESampler"
