@@ -46,7 +46,7 @@ def format_eval(metrics: dict) -> str:
         parts = k.split("/")
         if len(parts) == 3 and parts[0] == "eval":
             se = metrics.get(f"eval_se/{parts[1]}/{parts[2]}")
-            ci = "" if se is None else f"±{fmt_value(1.96 * se)}"
+            ci = "" if se is None else f"±{1.96 * se:.2g}"
             tasks.setdefault(parts[1], []).append(f"{parts[2]}={fmt_value(v)}{ci}")
     head = f"eval/reward={fmt_value(metrics['eval/reward'])}" if "eval/reward" in metrics else ""
     body = [f"{t}: " + " ".join(items) for t, items in sorted(tasks.items())]

@@ -33,6 +33,13 @@ def test_format_eval_groups_by_task_reward_first():
                               "| 1m15s")
 
 
+def test_format_eval_prints_the_interval_of_each_figure_it_has_an_error_for():
+    m = {"eval/P/best_legal": 0.25, "eval_se/P/best_legal": 0.0194, "eval/P/legal": 0.5,
+         "eval_n/P": 500}
+    # 1.96 * 0.0194 = 0.038; no error logged for legal: no interval
+    assert format_eval(m) == "P: best_legal=0.25±0.038 legal=0.5"
+
+
 def test_console_lines_every_n_steps_last_step_and_evals(capsys):
     lg = ConsoleLogger(every=2, keys=["reward/mean", "kl/value"])
     lg.start("RUN", {"steps": 5})
