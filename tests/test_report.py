@@ -57,7 +57,7 @@ def test_report_markdown_by_hand(run_dir):
     assert "- Outcome: **success** at step 4\n- Objective (eval/reward): -0.200" in md
     # 4 training rows, 3 evaluations (the torn last line is skipped); median of 2,3,4,5 s
     assert "- Logged: 4 training steps, 3 evaluations, median 3.5 s per step" in md
-    assert "- Data: train P 10, A 12; held-out P 3, A 4, evaluated on at most 100 per task" in md
+    assert "- Data: train P 10, A 12; held-out P 3, A 4, evaluated on at most 500 per task" in md
     assert "| `kl` | `adaptive` |" in md and "| `steps` | `4` |" in md
     assert "| `kl._target_` | `rookworld.kl.FixedKL` | `rookworld.kl.AdaptiveKL` |" in md
     # before -1, after 3, best over -1, 1, 3; eval_error is lower-better
