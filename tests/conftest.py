@@ -61,7 +61,7 @@ TINY = ["model=tiny_random", "model.n_layer=2", "model.n_embd=32", "model.n_head
 def tiny_overrides(synthetic_data):
     """Overrides for a seconds-long CPU run on a tiny random model and synthetic data."""
     train, held_out = synthetic_data
-    # both tasks, so that the mechanics tests cover P and A (the default mix is P only)
+    # both tasks in every run, so that the mechanics tests cover P and A
     return TINY + [f"data.train={train}", f"data.eval={held_out}", "data.eval_per_task=4",
                    "task_mix=mixed", "steps=2", "prompts_per_step=2", "num_generations=2",
                    "sampler.max_new_tokens=24", "sampler.per_task.A.max_new_tokens=24"]
