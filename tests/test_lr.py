@@ -170,8 +170,10 @@ def test_scale_lr_backs_off_and_survives_resume():
 
 @pytest.mark.parametrize("name, schedule", [("adamw", Constant), ("adamw_cosine", Cosine)])
 def test_optim_yaml_instantiates_and_builds(name, schedule):
-    spec = instantiate(OmegaConf.load(CONF / f"{name}.yaml"), _execution_whitelist_=["rookworld.*"])
+    yaml = OmegaConf.load(CONF / f"{name}.yaml")
+    spec = instantiate(yaml, _execution_whitelist_=["rookworld.*"])
     assert isinstance(spec, AdamWSpec) and isinstance(spec.schedule, schedule)
-    assert spec.lr == 5e-5 and spec.betas == (0.9, 0.999) and spec.grad_clip == 1.0
+    assert spec.lr == yaml.lr and spec.betas == tuple(yaml.betas)
     opt, sched = spec.build(_model().parameters(), 100)
-    assert opt.param_groups[0]["lr"] == pytest.approx(5e-5 * replace(spec.schedule, total_steps=100)(0))
+    assert opt.param_groups[0]["lr"] == pytest.approx(
+        yaml.lr * replace(spec.schedule, total_steps=100)(0))
