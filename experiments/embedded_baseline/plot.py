@@ -14,6 +14,8 @@ from pathlib import Path
 
 import matplotlib
 
+from rookworld.evaluation import interval
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -32,8 +34,8 @@ def rows(run: Path) -> list[dict]:
 
 
 def ci(row: dict, key: str) -> float:
-    prefix, _, rest = key.partition("/")
-    return 1.96 * row.get(f"{prefix}_se/{rest}", 0.0)
+    """Half-width of the ~95% interval of row[key] (0 when no error was logged)."""
+    return interval(row, key) or 0.0
 
 
 def table(runs: list[Path]) -> str:

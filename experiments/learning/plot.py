@@ -19,6 +19,8 @@ from pathlib import Path
 
 import matplotlib
 
+from rookworld.evaluation import interval
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -55,8 +57,8 @@ def curve_points(out: Path, start: dict | None) -> list[dict]:
 
 
 def ci(row: dict, key: str = KEY) -> float:
-    prefix, _, rest = key.partition("/")
-    return 1.96 * row.get(f"{prefix}_se/{rest}", 0.0)
+    """Half-width of the ~95% interval of row[key] (0 when no error was logged)."""
+    return interval(row, key) or 0.0
 
 
 def main() -> None:
