@@ -40,6 +40,7 @@ class Policy:
     tokenizer: PreTrainedTokenizerFast
     eos_id: int
     bos_id: int | None = None
+    source: Path | None = None  # the directory the weights were read from (None: built here)
 
     def encode_prompt(self, text: str) -> list[int]:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -124,7 +125,8 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
     tok.padding_side = "left"
     check_vocab(tok, model.get_input_embeddings().num_embeddings, path)
     bos = tok.eos_token_id if bos_before_prompt else None
-    return Policy(model.float().eval(), tok, eos_id=tok.eos_token_id, bos_id=bos)
+    return Policy(model.float().eval(), tok, eos_id=tok.eos_token_id, bos_id=bos,
+                  source=directory)
 
 
 def check_vocab(tok, n_embed: int, path: str) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from .evaluation import INTERVAL_NOTE, with_interval
 
 P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
@@ -43,8 +41,9 @@ def host() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
-def plot_curve(rows: list[dict], out: Path) -> Path | None:
-    """Greedy held-out metrics against samples seen, with ~95% intervals (PNG)."""
+def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path | None:
+    """Greedy held-out metrics against samples seen, with ~95% intervals (PNG); a dotted
+    line where one pretraining stage ended and the next began."""
     if not rows:
         return None
     import matplotlib
@@ -60,6 +59,8 @@ def plot_curve(rows: list[dict], out: Path) -> Path | None:
         y = [r.get(key, float("nan")) for r in rows]
         err = [1.96 * r.get(f"eval_se/{task}/{part}", 0.0) for r in rows]
         ax.errorbar(x, y, yerr=err, marker="o", ms=3, capsize=2, label=f"{task} {part}")
+    for end in stage_ends:
+        ax.axvline(end, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("training samples seen")
     ax.set_ylabel("greedy held-out share")
     ax.set_ylim(-0.02, 1.02)
@@ -73,32 +74,45 @@ def plot_curve(rows: list[dict], out: Path) -> Path | None:
 
 
 def _curve_table(rows: list[dict]) -> str:
-    lines = ["| step | samples | training min | P best_legal | P legal | A format | A fen_exact |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| stage | step | samples | training min | P best_legal | P legal | A format "
+             "| A fen_exact |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [with_interval(r, k) if k in r else "" for k in (
             "eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact")]
-        lines.append(f"| {r['step']} | {r['samples']:,} | {r['train_minutes']:.1f} | "
-                     + " | ".join(cells) + " |")
+        lines.append(f"| {r.get('stage', 1)} | {r['step']} | {r['samples']:,} | "
+                     f"{r['train_minutes']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def model_card(cfg, report: dict, curve: list[dict] | None = None,
-               curve_png: str | None = None) -> str:
-    overrides = OmegaConf.to_container(cfg, resolve=False)
-    m = cfg.model
+def _stages(stages: list[dict]) -> str:
+    parts = []
+    for s in stages:
+        parts.append(f"{s['stage']}. From {s.get('start', 'random weights')}: {s['steps']} steps, {s['samples']:,} samples, "
+                     f"{s['minutes']:.1f} training minutes on {s.get('host') or 'a CPU'}, "
+                     f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} threads:\n\n"
+                     f"       {s['command']}")
+    return "\n\n".join(parts)
+
+
+def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
+    """The model card: how the model was made (every stage of its lineage), its greedy
+    held-out and external metrics with intervals, and its compute curve.
+    arch: the model's GPT-2 config."""
     ev = report["eval"]
     ext = ev.get("external")
+    curve = lineage["curve"]
+    total = lineage["stages"][-1]
     curve_md = "no curve was recorded (`curve_every=0`)"
     if curve:
-        curve_md = (f"Greedy metrics on the first {cfg.curve_per_task} held-out samples per task, "
-                    f"every {cfg.curve_every} steps:\n\n"
+        curve_md = ("Greedy metrics on the first held-out samples per task "
+                    f"({cfg.curve_per_task} in the last stage), against samples seen over all "
+                    "stages:\n\n"
                     + (f"![compute curve]({curve_png})\n\n" if curve_png else "")
                     + _curve_table(curve))
     return f"""# rookworld embedded model
 
-A character-level GPT-2 ({m.n_layer} layers, {m.n_embd} wide, {m.n_head} heads,
-{report['parameters']:,} parameters, {m.n_positions} positions) trained by this project with
+A character-level GPT-2 ({arch.n_layer} layers, {arch.n_embd} wide, {arch.n_head} heads,
+{report['parameters']:,} parameters, {arch.n_positions} positions) trained by this project with
 `python -m rookworld.pretrain` on its own data (the train split of rookworld/assets/data,
 see DATA_CARD.md): next-token loss on completions only, both tasks (P and A), exact
 RookWorld text formats (docs/formats.md). It stands in for RookWorld-LM-124M when no hub
@@ -106,14 +120,15 @@ is reachable.
 
 ## How it was made
 
-    python -m rookworld.pretrain export_to=rookworld/assets/model \\
-        steps={cfg.steps} max_minutes={cfg.max_minutes} batch_size={cfg.batch_size} lr={cfg.lr} seed={cfg.seed}
+{_stages(lineage["stages"])}
 
-Trained for {report['steps']} of {cfg.steps} scheduled steps ({report['samples_seen']:,} samples,
-{report['minutes']:.1f} training minutes) on {report.get('host', 'a CPU')}, torch
-{report.get('torch', '?')}, {report.get('threads', '?')} threads. The run stops at `max_minutes`,
-so on a busy machine it ends before the schedule does. Batches are a function of
-(seed, step), so `resume=true` continues exactly. Model config: `{overrides.get('model')}`.
+In all: {sum(s["samples"] for s in lineage["stages"]):,} samples and
+{sum(s["minutes"] for s in lineage["stages"]):.1f} training minutes. A stage that starts from
+`model=embedded` continues the shipped weights with a fresh optimiser and schedule;
+`training.json` beside the weights records every stage and the whole curve. A stage stops at
+`max_minutes`, so on a busy machine it ends before its schedule does (the last stage ran
+{total['steps']} of {cfg.steps} scheduled steps). Batches are a function of (seed, step), so
+`resume=true` continues a stage exactly.
 
 Greedy decoding is deterministic: `python -m rookworld.evaluate eval_per_task=0` (this model,
 the whole held-out split, and rook_val_500 when present) prints the figures below again.

@@ -13,6 +13,7 @@ import json
 import math
 import random
 import time
+from itertools import accumulate
 from pathlib import Path
 
 import hydra
@@ -84,6 +85,44 @@ class Curve:
             fh.write(json.dumps(row) + "\n")
 
 
+LINEAGE = "training.json"  # in an exported model: every pretraining stage and the whole curve
+
+
+def read_lineage(path: Path | None) -> dict:
+    """{"stages": [...], "curve": [...]} from a lineage file (a model's training.json, or
+    a run's parent.json); empty when there is none (a model built from random weights)."""
+    if path is None or not path.exists():
+        return {"stages": [], "curve": []}
+    data = json.loads(path.read_text())
+    return {"stages": list(data.get("stages", [])), "curve": list(data.get("curve", []))}
+
+
+def command_line() -> str:
+    """The command that started this run, as typed (Hydra's task overrides)."""
+    from hydra.core.hydra_config import HydraConfig
+    try:
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not started by Hydra
+        overrides = []
+    return " ".join(["python -m rookworld.pretrain", *overrides])
+
+
+def add_stage(parent: dict, report: dict, curve: list[dict], command: str,
+              start: str) -> dict:
+    """The parent's lineage plus this run as its next stage (start: what its weights
+    started from): the curve's samples and minutes continue where the parent's ended."""
+    stage = len(parent["stages"]) + 1
+    samples0 = sum(s["samples"] for s in parent["stages"])
+    minutes0 = sum(s["minutes"] for s in parent["stages"])
+    this = {"stage": stage, "start": start, "command": command, "steps": report["steps"],
+            "samples": report["samples_seen"], "minutes": round(report["minutes"], 1),
+            "host": report.get("host"), "torch": report.get("torch"),
+            "threads": report.get("threads")}
+    rows = [{**r, "stage": stage, "samples": r["samples"] + samples0,
+             "train_minutes": r["train_minutes"] + minutes0} for r in curve]
+    return {"stages": parent["stages"] + [this], "curve": parent["curve"] + rows}
+
+
 def read_curve(path: Path) -> list[dict]:
     """curve.jsonl's rows, last row per step (a resumed run may repeat a step)."""
     rows = {}
@@ -117,6 +156,12 @@ def main(cfg: DictConfig) -> None:
     train = read_samples(cfg.data.train)
     held_out = read_samples(cfg.data.eval)
     policy = instantiate(cfg.model)
+    # the stages that made the starting weights, kept in the run directory so that a
+    # resumed run does not read its own export as its parent
+    parent_file = out / "parent.json"
+    if not parent_file.exists():
+        atomic_write_text(parent_file, json.dumps(read_lineage(
+            policy.source / LINEAGE if policy.source else None), indent=1))
     step, elapsed = 0, 0.0
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
@@ -173,18 +218,25 @@ def main(cfg: DictConfig) -> None:
     atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))
     print(json.dumps(report["eval"], indent=2))
     if cfg.export_to:
-        export(policy, cfg, report)
+        parent = read_lineage(parent_file)
+        start = (f"stage {len(parent['stages'])}'s weights" if parent["stages"]
+                 else str(policy.source) if policy.source else "random weights")
+        lineage = add_stage(parent, report, read_curve(out / "curve.jsonl"), command_line(),
+                            start)
+        export(policy, cfg, report, lineage)
 
 
-def export(policy, cfg, report: dict) -> None:
-    """Write the shipped model (safetensors, config, tokenizer) and its model card."""
+def export(policy, cfg, report: dict, lineage: dict) -> None:
+    """Write the shipped model (safetensors, config, tokenizer), its lineage
+    (training.json: every stage and the whole curve) and its model card."""
     dest = Path(cfg.export_to).expanduser().resolve()
     save_policy(policy, dest)
     from .model_card import model_card, plot_curve
-    curve = read_curve(Path(cfg.out_dir).expanduser().resolve() / "curve.jsonl")
-    png = plot_curve(curve, dest / "curve.png")
-    atomic_write_text(dest / "MODEL_CARD.md",
-                      model_card(cfg, report, curve, png.name if png else None))
+    atomic_write_text(dest / LINEAGE, json.dumps(lineage, indent=1))
+    ends = list(accumulate(s["samples"] for s in lineage["stages"]))[:-1]
+    png = plot_curve(lineage["curve"], dest / "curve.png", ends)
+    atomic_write_text(dest / "MODEL_CARD.md", model_card(
+        cfg, policy.model.config, report, lineage, png.name if png else None))
     print(f"[rookworld] exported model to {dest}")
 
 

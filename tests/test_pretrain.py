@@ -33,10 +33,13 @@ def test_unmasked_forward_is_causal_and_equals_transformers():
     torch.testing.assert_close(ours(input_ids=later).logits[:, :6], plain[:, :6])
 
 
-def _pretrain(out: Path, train: str, held_out: str, *extra: str):
+TINY = ("model.n_layer=1", "model.n_embd=32", "model.n_head=2")
+
+
+def _pretrain(out: Path, train: str, held_out: str, *extra: str, model=TINY):
     cmd = [sys.executable, "-m", "rookworld.pretrain", f"out_dir={out}", f"data.train={train}",
-           f"data.eval={held_out}", "data.external_eval=/nonexistent", "model.n_layer=1",
-           "model.n_embd=32", "model.n_head=2", "batch_size=4", "warmup_steps=1",
+           f"data.eval={held_out}", "data.external_eval=/nonexistent", *model,
+           "batch_size=4", "warmup_steps=1",
            "eval_per_task=4", "curve_per_task=3", "sampler.max_new_tokens=8",
            "sampler.per_task.A.max_new_tokens=8", *extra]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=300)
@@ -47,7 +50,7 @@ def test_pretrain_writes_its_curve_and_resumes_exactly(tmp_path, synthetic_data)
     _pretrain(tmp_path / "straight", train, held_out, "steps=4", "curve_every=2",
               "checkpoint_every=2", f"export_to={tmp_path / 'export'}")
     card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
-    assert "![compute curve](curve.png)" in card and "| 4 | 16 |" in card
+    assert "![compute curve](curve.png)" in card and "| 1 | 4 | 16 |" in card
     assert (tmp_path / "export" / "curve.png").stat().st_size > 10_000
     curve = read_curve(tmp_path / "straight" / "curve.jsonl")
     assert [r["step"] for r in curve] == [2, 4] and [r["samples"] for r in curve] == [8, 16]
@@ -63,3 +66,23 @@ def test_pretrain_writes_its_curve_and_resumes_exactly(tmp_path, synthetic_data)
     b = GPT2LMHeadModel.from_pretrained(tmp_path / "split" / "model").state_dict()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_a_stage_from_an_exported_model_continues_its_lineage(tmp_path, synthetic_data):
+    train, held_out = synthetic_data
+    first, second = tmp_path / "first", tmp_path / "second"
+    _pretrain(tmp_path / "a", train, held_out, "steps=2", "curve_every=2",
+              f"export_to={first}")
+    for _ in range(2):  # the second call resumes the finished stage and exports it again
+        _pretrain(tmp_path / "b", train, held_out, "steps=4", "curve_every=2",
+                  f"export_to={second}", model=("model=embedded", f"model.path={first}"))
+    lineage = json.loads((second / "training.json").read_text())
+    assert [s["stage"] for s in lineage["stages"]] == [1, 2]
+    assert lineage["stages"][0]["start"] == "random weights"
+    assert lineage["stages"][1]["start"] == "stage 1's weights"
+    assert "model=embedded" in lineage["stages"][1]["command"]
+    # samples seen continue over the stages: 2 steps of 4, then 4 steps of 4
+    assert [(r["stage"], r["samples"]) for r in lineage["curve"]] == [(1, 8), (2, 16), (2, 24)]
+    card = (second / "MODEL_CARD.md").read_text()
+    assert "1. From random weights: 2 steps" in card
+    assert "2. From stage 1's weights: 4 steps" in card and "In all: 24 samples" in card
