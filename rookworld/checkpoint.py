@@ -8,11 +8,14 @@ written to a temporary directory and renamed into place, and `latest` is
 updated by rename, so a kill never leaves a half-written checkpoint that
 would be loaded: `latest_checkpoint` only ever returns a complete `step-*`
 directory (leftover `.tmp-step-*` / `.old-step-*` directories and a torn or
-stale `latest` pointer are ignored).
+stale `latest` pointer are ignored). `manifest.json` holds the size and sha256
+of every other file; a resume loads the newest checkpoint whose files match it,
+names each file that does not, and stops with a clear error when none matches.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -26,6 +29,7 @@ from safetensors.torch import load_file
 from .redact import redact
 
 LATEST = "latest"
+MANIFEST = "manifest.json"  # {"files": {relative path: {"bytes": n, "sha256": hex}}}
 RUN_CONFIG = "run_config.yaml"  # the run's own config (secrets masked), read by `resume=`
 
 
@@ -41,6 +45,44 @@ def ensure_writable(run_dir: Path) -> None:
     except OSError as e:
         raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror}); "
                           "set hydra.run.dir (or hydra.sweep.dir) to a writable place") from e
+
+
+class RunLock:
+    """An exclusive lock on a run directory (flock on `<run_dir>/.lock`, released by the
+    kernel when the process ends, even by SIGKILL): a second run into the same directory
+    is refused at once, naming the directory and the holder, instead of interleaving its
+    rows and overwriting the first run's weights."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        import fcntl
+        import socket
+        import time
+
+        from .config import ConfigError
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(f"run directory {self.path.parent} is in use by another run "
+                              f"({holder}); wait for it to end, or pick another directory "
+                              "(hydra.run.dir=...)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -88,6 +130,9 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         engine.ref.save_pretrained(tmp / "ref", safe_serialization=True)
     state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
     torch.save(state, tmp / "state.pt")
+    atomic_write_text(tmp / MANIFEST, json.dumps({"files": {
+        str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+        for f in sorted(tmp.rglob("*")) if f.is_file()}}, indent=1))
     for f in tmp.rglob("*"):
         if f.is_file():
             with open(f, "rb") as fh:
@@ -114,15 +159,61 @@ def is_complete(path: Path) -> bool:
     return (path / "state.pt").is_file() and (path / "model" / "model.safetensors").is_file()
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(path: Path) -> str | None:
+    """None when every file of the checkpoint matches its manifest, else what does not
+    (naming the file)."""
+    try:
+        files = json.loads((path / MANIFEST).read_text())["files"]
+        assert isinstance(files, dict) and files
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        return f"{path / MANIFEST} is missing or unreadable"
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != want.get("bytes") or _sha256(f) != want.get("sha256"):
+            return f"{f} does not match its manifest (size or sha256 differ: corrupted)"
+    return None
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of a run can be trusted."""
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete `step-*` checkpoint of a run, or None. Not read from the
-    `latest` pointer alone: a kill between the rename of a checkpoint and the
-    pointer update leaves the pointer one checkpoint behind, and a hand-edited
-    or torn pointer must not send a resume back to step 0."""
+    """The newest complete `step-*` checkpoint of a run whose files match its manifest,
+    or None when the run has none. Not read from the `latest` pointer alone: a kill
+    between the rename of a checkpoint and the pointer update leaves the pointer one
+    checkpoint behind, and a hand-edited or torn pointer must not send a resume back
+    to step 0. A checkpoint that fails verification is named and skipped; when every
+    one fails, CheckpointError says which files."""
     root = Path(run_dir) / "checkpoints"
     done = [p for p in root.glob("step-*") if _step_of(p) >= 0 and is_complete(p)] \
         if root.is_dir() else []
-    return max(done, key=_step_of) if done else None
+    bad = []
+    for path in sorted(done, key=_step_of, reverse=True):
+        problem = verify(path)
+        if problem is None:
+            if bad:
+                print(f"[rookworld] resuming from {path.name}, the newest checkpoint that "
+                      "verifies", flush=True)
+            return path
+        bad.append(problem)
+        print(f"[rookworld] checkpoint {path.name} skipped: {problem}", flush=True)
+    if bad:
+        raise CheckpointError(
+            f"no checkpoint in {root} verifies: " + "; ".join(bad)
+            + ". Delete the damaged checkpoints (the run restarts from the newest one left, "
+            "or from step 0) or start a new run.")
+    return None
 
 
 def load_weights(model, directory: Path) -> None:

@@ -9,6 +9,7 @@ outcome (success, kl_failure, nan_failure, error) in the run directory.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ from tqdm import tqdm
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
+    RunLock,
     atomic_write_text,
     ensure_writable,
     latest_checkpoint,
@@ -180,10 +182,18 @@ def before_after_table(first: dict, last: dict) -> str:
 
 def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
-    errors before training starts (bad config or data) or, outside sweeps, on error."""
+    errors before training starts (bad config or data) or, outside sweeps, on error.
+    The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
     parts = build_parts(cfg)
     reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
     ensure_writable(run_dir)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return _run(cfg, run_dir, multirun, parts, reward)
+    with RunLock(run_dir):
+        return _run(cfg, run_dir, multirun, parts, reward)
+
+
+def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
     pools, eval_samples = load_data(cfg, parts, run_dir)
     if not cfg.resume:  # the config a later `resume=` continues with (Hydra may overwrite .hydra/)
         atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
@@ -206,6 +216,10 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
         outcome = Outcome("error", -1, f"{type(e).__name__}: {e}")
         atomic_write_text(run_dir / "error.txt", redact(traceback.format_exc()))
+        if cfg.resume and finished_outcome(run_dir, 0):  # a finished run's record stays
+            print(f"[rookworld] resuming {run_dir} failed ({outcome.reason}); its "
+                  "outcome.json (success) is kept, the error is in error.txt", flush=True)
+            raise
         if not multirun:
             if main:
                 _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)

@@ -24,12 +24,14 @@ from safetensors.torch import load_file
 
 from rookworld.checkpoint import (
     LATEST,
+    MANIFEST,
+    CheckpointError,
     MetricsFile,
     is_complete,
     latest_checkpoint,
     save_checkpoint,
 )
-from rookworld.config import compose
+from rookworld.config import ConfigError, compose
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
 # State that a resume must restore: Adam moments and a large lr (weights move a lot),
@@ -103,6 +105,43 @@ def test_resaving_a_step_after_resume_replaces_it_whole(tiny_engine, tmp_path):
         == [LATEST, "step-000002"]
     state = torch.load(again / "state.pt", weights_only=True)
     assert state["marker"] == 2
+
+
+def _flip(path: Path, offset: int, n: int = 64) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(offset, min(offset + n, len(data))):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {  # name -> what it does to a checkpoint directory
+    "weights: 64 bytes flipped mid-file": lambda c: _flip(
+        c / "model" / "model.safetensors", (c / "model" / "model.safetensors").stat().st_size // 2),
+    "weights: header bytes flipped": lambda c: _flip(c / "model" / "model.safetensors", 8, 16),
+    "weights: truncated": lambda c: os.truncate(c / "model" / "model.safetensors", 100),
+    "state: 64 bytes flipped": lambda c: _flip(c / "state.pt", (c / "state.pt").stat().st_size // 2),
+    "state: emptied": lambda c: os.truncate(c / "state.pt", 0),
+    "config: edited": lambda c: (c / "model" / "config.json").write_text("{}"),
+    "tokenizer: deleted": lambda c: (c / "model" / "tokenizer.json").unlink(),
+    "manifest: deleted": lambda c: (c / MANIFEST).unlink(),
+    "manifest: garbage": lambda c: (c / MANIFEST).write_text("[1, 2"),
+    "manifest: hash edited": lambda c: (c / MANIFEST).write_text(
+        (c / MANIFEST).read_text().replace('"sha256": "', '"sha256": "0', 1)),
+    "extra byte appended to state": lambda c: open(c / "state.pt", "ab").write(b"\0"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_a_corrupted_checkpoint_is_named_and_the_previous_one_used(tiny_engine, tmp_path,
+                                                                  capsys, corruption):
+    good = save_checkpoint(tmp_path, 1, tiny_engine, {})
+    bad = save_checkpoint(tmp_path, 2, tiny_engine, {})
+    CORRUPTIONS[corruption](bad)
+    assert latest_checkpoint(tmp_path) == good
+    assert "checkpoint step-000002 skipped" in capsys.readouterr().out
+    CORRUPTIONS[corruption](good)  # with every checkpoint damaged, a clear error
+    with pytest.raises(CheckpointError, match="no checkpoint in .* verifies.*step-000002"):
+        latest_checkpoint(tmp_path)
 
 
 def test_no_checkpoint_means_none(tmp_path):
@@ -201,6 +240,15 @@ def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_override
                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
         assert p.returncode == 0 and "already finished its 2 steps" in p.stdout, p.stderr[-2000:]
         assert before == {n: (run_dir / n).read_bytes() for n in before}
+    # a resume that fails (every checkpoint corrupted) names the file and keeps the record
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run_dir, damaged)
+    for ckpt in (damaged / "checkpoints").glob("step-*"):
+        CORRUPTIONS["weights: 64 bytes flipped mid-file"](ckpt)
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={damaged}", "steps=3"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "model.safetensors does not match its manifest" in p.stderr
+    assert (damaged / "outcome.json").read_bytes() == before["outcome.json"]
     p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}", "steps=3"],
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -351,3 +399,22 @@ def test_sweep_killed_mid_trial_then_rerun_resumes_the_study(tiny_overrides, tmp
     assert killed.state.name == "FAIL"
     assert "without reporting" in killed.user_attrs["reason"]
     assert killed.system_attrs["fail_reason"] == killed.user_attrs["reason"]
+
+
+def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
+        tiny_overrides, tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from rookworld.checkpoint import RunLock\n"
+         f"with RunLock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        cfg = compose(tiny_overrides + ["steps=1", "dry_run=true"])
+        with pytest.raises(ConfigError, match=f"{tmp_path} is in use by another run "
+                                              f"\\(pid {holder.pid} on "):
+            run(cfg, tmp_path)
+        assert not (tmp_path / "data_report.json").exists()  # refused before writing
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases the lock
+        holder.wait()
+    assert run(cfg, tmp_path).outcome.status == "success"

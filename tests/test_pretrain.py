@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import GPT2Config as HFConfig
 from transformers import GPT2LMHeadModel as HFModel
