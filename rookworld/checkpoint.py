@@ -85,6 +85,16 @@ class RunLock:
             self.fd = None
 
 
+def apply_umask(directory: Path) -> None:
+    """Give every file under directory the mode the user's umask asks for (0666 & ~umask):
+    safetensors writes its files 0600 whatever the umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in Path(directory).rglob("*"):
+        if f.is_file():
+            os.chmod(f, 0o666 & ~mask)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -130,6 +140,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         engine.ref.save_pretrained(tmp / "ref", safe_serialization=True)
     state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
     torch.save(state, tmp / "state.pt")
+    apply_umask(tmp)
     atomic_write_text(tmp / MANIFEST, json.dumps({"files": {
         str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
         for f in sorted(tmp.rglob("*")) if f.is_file()}}, indent=1))

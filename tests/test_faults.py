@@ -96,6 +96,21 @@ def test_half_written_checkpoints_and_torn_pointer_are_ignored(tiny_engine, tmp_
     assert not tmp.exists() and latest_checkpoint(tmp_path).name == "step-000003"
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_written_files_follow_the_users_umask(tiny_engine, tmp_path, umask):
+    from rookworld.model import save_policy
+    old = os.umask(umask)
+    try:
+        ckpt = save_checkpoint(tmp_path, 1, tiny_engine, {})
+        save_policy(tiny_engine.policy, tmp_path / "exported")
+    finally:
+        os.umask(old)
+    files = [f for d in (ckpt, tmp_path / "exported") for f in d.rglob("*") if f.is_file()]
+    assert any(f.name == "model.safetensors" for f in files)
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} \
+        == {f.name: oct(0o666 & ~umask) for f in files}
+
+
 def test_resaving_a_step_after_resume_replaces_it_whole(tiny_engine, tmp_path):
     first = save_checkpoint(tmp_path, 2, tiny_engine, {"marker": 1})
     with torch.no_grad():
