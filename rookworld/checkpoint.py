@@ -126,6 +126,10 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, or none of a run's can be trusted."""
+
+
 def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     """Write checkpoint `next_step` (steps 0..next_step-1 are done) atomically."""
     root = Path(run_dir) / "checkpoints"
@@ -134,6 +138,25 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     tmp = root / f".tmp-step-{next_step:06d}"
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # a killed save's
         shutil.rmtree(stale, ignore_errors=True)
+    try:
+        _write_checkpoint(tmp, next_step, engine, extra)
+    except OSError as e:  # a full disk, a file size limit: no half checkpoint stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"writing checkpoint {final.name} into {root} failed ({e.strerror or e}); its "
+            "temporary directory was removed and the earlier checkpoints are intact. Free "
+            f"space, then continue with resume={Path(run_dir).resolve()}") from e
+    old = root / f".old-step-{next_step:06d}"
+    if final.exists():  # re-saving a step after a resume: move the old one aside atomically
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
+    atomic_write_text(root / LATEST, final.name)
+    return final
+
+
+def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     engine.model.save_pretrained(tmp / "model", safe_serialization=True)
     engine.policy.tokenizer.save_pretrained(tmp / "model")
     if engine.ref is not None and engine.ref_sync_every:
@@ -148,14 +171,6 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    old = root / f".old-step-{next_step:06d}"
-    if final.exists():  # re-saving a step after a resume: move the old one aside atomically
-        os.replace(final, old)
-    os.replace(tmp, final)
-    _fsync_dir(root)
-    shutil.rmtree(old, ignore_errors=True)
-    atomic_write_text(root / LATEST, final.name)
-    return final
 
 
 def _step_of(path: Path) -> int:
@@ -193,10 +208,6 @@ def verify(path: Path) -> str | None:
         if f.stat().st_size != want.get("bytes") or _sha256(f) != want.get("sha256"):
             return f"{f} does not match its manifest (size or sha256 differ: corrupted)"
     return None
-
-
-class CheckpointError(RuntimeError):
-    """No checkpoint of a run can be trusted."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -18,10 +18,8 @@ torch's (its backward keeps one tensor less).
 Log-probs are taken in row chunks sized by the vocabulary, so an [N, T, V] log-softmax is
 never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`). Which is
-faster depends on the machine, not only its vendor, and oneDNN's speed can vary between
-processes, so non-Intel machines measure the two once (`_measured_choice`) and take oneDNN
-only when it is clearly faster. Decoding uses oneDNN weights packed once per rollout
+On CPU the matrix products go through oneDNN or MKL (`linear`, `CPU_MATMUL`, set by the
+`cpu_matmul` setting: a fixed choice per machine, recorded in each checkpoint). Decoding uses oneDNN weights packed once per rollout
 (`pack_weights`). torch.compile is not used: inductor cannot lower oneDNN's linear over
 packed or training weights, and compiled unpacked decoding ran slower than eager.
 Recomputing layer norms and GELUs in backward (`recompute`) trades time for memory, so it
@@ -86,56 +84,37 @@ def _cpu_vendor() -> str:
     return ""
 
 
-def _cpu_matmul() -> str:
-    """Which library takes the float32 CPU matrix products, from ROOKWORLD_CPU_MATMUL:
+CPU_MATMUL_CHOICES = ("auto", "onednn", "blas", "mkl")
+
+
+def resolve_cpu_matmul(choice: str) -> str:
+    """The library that takes the float32 CPU matrix products for a `cpu_matmul` setting:
     onednn: oneDNN for every product; blas: MKL for the products of training and of
     decoding, oneDNN for no-grad forwards of at least BLAS_DNN_MIN_ROWS rows (the reference
     pass); mkl: MKL for every product but decoding's, which use oneDNN-packed copies of
-    every block matrix (for machines where oneDNN over GPT-2's transposed Conv1D weight is
-    slow but packed oneDNN wins at decoding's few rows). Either way a linear followed by GELU
-    without gradients goes through oneDNN with the GELU fused, except under mkl.
-    auto (the default): blas on Intel; elsewhere mkl or onednn as `_measured_choice` finds."""
-    choice = os.environ.get("ROOKWORLD_CPU_MATMUL", "auto").lower()
-    if choice not in ("auto", "onednn", "blas", "mkl"):
-        raise ValueError(f"ROOKWORLD_CPU_MATMUL must be auto, onednn, blas or mkl, got {choice!r}")
+    every block matrix. Either way a linear followed by GELU without gradients goes
+    through oneDNN with the GELU fused, except under mkl. auto: blas on Intel, mkl
+    elsewhere, a fixed choice per machine (never timed: a timing race under load gave
+    the same seed different weights in different processes). Without oneDNN: blas."""
+    choice = str(choice).lower()
+    if choice not in CPU_MATMUL_CHOICES:
+        raise ValueError(f"cpu_matmul (ROOKWORLD_CPU_MATMUL) must be one of "
+                         f"{', '.join(CPU_MATMUL_CHOICES)}, got {choice!r}")
     if not ONEDNN:
         return "blas"
     if choice == "auto":
-        return "blas" if _cpu_vendor() == "GenuineIntel" else _measured_choice()
+        return "blas" if _cpu_vendor() == "GenuineIntel" else "mkl"
     return choice
 
 
-def _measured_choice(rows: int = 512, width: int = 768, margin: float = 1.15,
-                     reps: int = 7) -> str:
-    """onednn when oneDNN runs a [rows, width] x [width, 3 width] product (GPT-2's attention
-    input matrix, in its Conv1D layout) at least `margin` times as fast as MKL does, else
-    mkl. Best of `reps` alternating runs each, about 0.3 s once per process; the margin
-    keeps the choice from flipping between runs on machines where the two are close (the
-    results differ only in float rounding; set ROOKWORLD_CPU_MATMUL to pin it).
-
-    Close calls go to MKL: on some machines oneDNN's time for this probe varies up to 2x
-    from one process to the next, and a process that picked oneDNN on a lucky probe ran
-    slower steps (benchmarks/README.md)."""
-    import time
-
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, width, generator=gen)
-    w = torch.randn(width, 3 * width, generator=gen)
-    b = torch.zeros(3 * width)
-    best = {"mkl": float("inf"), "onednn": float("inf")}
-    fns = {"mkl": lambda: torch.addmm(b, x, w), "onednn": lambda: _dnn(x, w.t(), b)}
-    with torch.no_grad():
-        for name in fns:
-            fns[name]()  # warm-up (oneDNN builds its primitive)
-        for _ in range(reps):
-            for name, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                best[name] = min(best[name], time.perf_counter() - t0)
-    return "onednn" if best["mkl"] >= margin * best["onednn"] else "mkl"
+def set_cpu_matmul(choice: str) -> str:
+    """Make `choice` (resolved) the library of this process's products; returns it."""
+    global CPU_MATMUL
+    CPU_MATMUL = resolve_cpu_matmul(choice)
+    return CPU_MATMUL
 
 
-CPU_MATMUL = _cpu_matmul()
+CPU_MATMUL = resolve_cpu_matmul(os.environ.get("ROOKWORLD_CPU_MATMUL", "auto"))
 BLAS_DNN_MIN_ROWS = 64
 
 

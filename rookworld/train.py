@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from . import forward
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -131,6 +132,11 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])
+        if state.get("cpu_matmul") and state["cpu_matmul"] != forward.CPU_MATMUL:
+            print(f"[rookworld] resume: the run's checkpoints were made with cpu_matmul="
+                  f"{state['cpu_matmul']}; it continues with that (not "
+                  f"{forward.CPU_MATMUL}), so that it stays bit-identical", flush=True)
+            forward.set_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
         first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
@@ -162,6 +168,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step)
         if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
+                "cpu_matmul": forward.CPU_MATMUL,
                 "nan_guard": p.nan_guard.state_dict(),
                 "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
     return Outcome("success", cfg.steps), first_eval, last_eval
@@ -194,6 +201,10 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
 
 
 def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
+    try:
+        forward.set_cpu_matmul(cfg.get("cpu_matmul", "auto"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)
     if not cfg.resume:  # the config a later `resume=` continues with (Hydra may overwrite .hydra/)
         atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
@@ -214,19 +225,38 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
-        outcome = Outcome("error", -1, f"{type(e).__name__}: {e}")
-        atomic_write_text(run_dir / "error.txt", redact(traceback.format_exc()))
+        # the outcome carries the steps done and the evaluations that exist
+        rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
+        done = 1 + max((r["step"] for r in rows if "reward/mean" in r
+                        and isinstance(r.get("step"), int)), default=-1)
+        evals = [r for r in rows if "eval/reward" in r]
+        first = first or (evals[0] if evals else {})
+        last = last or (evals[-1] if evals else {})
+        outcome = Outcome("error", done, f"{type(e).__name__}: {e}")
+        _best_effort("error.txt", atomic_write_text, run_dir / "error.txt",
+                     redact(traceback.format_exc()))
         if cfg.resume and finished_outcome(run_dir, 0):  # a finished run's record stays
             print(f"[rookworld] resuming {run_dir} failed ({outcome.reason}); its "
                   "outcome.json (success) is kept, the error is in error.txt", flush=True)
             raise
         if not multirun:
             if main:
-                _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+                _best_effort("outcome.json", _finish, cfg, run_dir, outcome, first, last,
+                             loggers)
             raise
     if not main:  # rank 0 writes the outcome
         return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+
+
+def _best_effort(name: str, write, *args) -> None:
+    """Record a failure where the disk still allows it (a full disk must not hide the
+    error that filled it)."""
+    try:
+        write(*args)
+    except OSError as e:
+        print(f"[rookworld] could not write {name} ({e.strerror or e})", file=sys.stderr,
+              flush=True)
 
 
 def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, loggers) -> RunResult:

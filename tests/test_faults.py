@@ -224,6 +224,38 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     assert_same_run(whole, broken)
 
 
+def test_a_full_disk_while_checkpointing_is_recorded_and_resumable(tiny_overrides, tmp_path,
+                                                                   monkeypatch, one_thread):
+    import errno
+
+    from rookworld import checkpoint as ckpt_mod
+    overrides = tiny_overrides + ["steps=3", "checkpoint_every=1"]
+    cfg = compose(overrides)
+    _save_run_config(cfg, tmp_path)
+    real_save = torch.save
+
+    def disk_fills_at_checkpoint_2(obj, path, *a, **k):
+        if Path(path).parent.name == ".tmp-step-000002":
+            Path(path).write_bytes(b"\0" * 1000)  # part of the file made it to disk
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", disk_fills_at_checkpoint_2)
+    with pytest.raises(CheckpointError, match="step-000002 .* failed \\(No space left on device"):
+        run(cfg, tmp_path)
+    monkeypatch.setattr(ckpt_mod.torch, "save", real_save)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) \
+        == [LATEST, "step-000001"]  # no temporary directory left behind
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert outcome["status"] == "error" and outcome["step"] == 2
+    assert f"resume={tmp_path.resolve()}" in outcome["reason"] and outcome["initial_eval"]
+    assert "No space left on device" in (tmp_path / "error.txt").read_text()
+    args = [o for o in tiny_overrides if not o.startswith("steps=")] + [f"resume={tmp_path}"]
+    resumed, run_dir = resolve_resume(compose(args), args)  # the run's own 3 steps
+    assert run(resumed, run_dir).outcome.status == "success"
+    assert latest_checkpoint(tmp_path).name == "step-000003"
+
+
 def test_resume_reads_the_runs_own_config_even_if_hydra_overwrote_it(tiny_overrides, tmp_path):
     """`resume=X hydra.run.dir=X` makes Hydra rewrite X/.hydra/config.yaml with the
     resuming command's config; run_config.yaml keeps the run's own."""
@@ -340,6 +372,22 @@ def test_sigkill_at_random_points_then_resume_is_exact(tiny_overrides, tmp_path)
         assert_same_run(whole, run_dir)
 
 
+@pytest.mark.slow
+def test_three_processes_started_together_write_identical_weights(tiny_overrides, tmp_path):
+    """Same seed, no ROOKWORLD_* settings, a loaded machine: the same weights (the CPU
+    matrix library is a fixed choice, not a timing race)."""
+    env = {k: v for k, v in _env().items() if not k.startswith("ROOKWORLD_")}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "rookworld.train", *tiny_overrides, *STATEFUL, "steps=3",
+         f"hydra.run.dir={tmp_path / str(i)}"], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(3)]
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+    assert_same_run(tmp_path / "0", tmp_path / "1")
+    assert_same_run(tmp_path / "0", tmp_path / "2")
+
+
 # ------------------------------------------------------------- the engine pool
 
 def test_engine_pool_survives_a_process_killed_mid_analysis():
@@ -433,3 +481,33 @@ def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
         holder.kill()  # SIGKILL: the kernel releases the lock
         holder.wait()
     assert run(cfg, tmp_path).outcome.status == "success"
+
+
+def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
+        tiny_overrides, tmp_path, monkeypatch, capsys, one_thread):
+    from rookworld import forward
+    if not forward.ONEDNN:
+        pytest.skip("torch built without oneDNN")
+    monkeypatch.setattr(forward, "CPU_MATMUL", forward.CPU_MATMUL)  # restored afterwards
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "onednn")
+    run(compose(tiny_overrides + STATEFUL + ["steps=3"]), tmp_path / "whole")
+    cut = tmp_path / "cut"
+    from rookworld import engine as engine_mod
+    real_update = engine_mod.GRPOEngine.update
+
+    def crash_at_2(self, batch, step):
+        if step == 2:
+            raise RuntimeError("simulated crash")
+        return real_update(self, batch, step)
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(compose(tiny_overrides + STATEFUL + ["steps=3"]), cut)
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    # the same config resumed where `auto` or the environment now means another library
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "mkl")
+    args = tiny_overrides + ["steps=3", f"resume={cut}"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    assert run(resumed, run_dir).outcome.status == "success"
+    assert "made with cpu_matmul=onednn; it continues with that" in capsys.readouterr().out
+    assert_same_run(tmp_path / "whole", cut)

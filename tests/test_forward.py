@@ -31,30 +31,18 @@ pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (c
 
 
 @pytest.mark.parametrize("value, vendor, want", [
-    ("auto", "GenuineIntel", "blas"), ("auto", "AuthenticAMD", "measured"),
-    ("auto", "", "measured"), ("BLAS", "AuthenticAMD", "blas"),
-    ("onednn", "GenuineIntel", "onednn"), ("mkl", "AuthenticAMD", "mkl")])
-def test_cpu_matmul_choice(monkeypatch, value, vendor, want):
-    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", value)
+    ("auto", "GenuineIntel", "blas"), ("auto", "AuthenticAMD", "mkl"), ("auto", "", "mkl"),
+    ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn"),
+    ("mkl", "AuthenticAMD", "mkl")])
+def test_cpu_matmul_choice_is_fixed_per_machine(monkeypatch, value, vendor, want):
     monkeypatch.setattr(forward, "_cpu_vendor", lambda: vendor)
-    monkeypatch.setattr(forward, "_measured_choice", lambda: "measured")
-    assert forward._cpu_matmul() == (want if forward.ONEDNN else "blas")
+    assert forward.resolve_cpu_matmul(value) == (want if forward.ONEDNN else "blas")
 
 
-def test_measured_choice_picks_by_the_margin(monkeypatch):
-    """onednn only when MKL takes at least `margin` times oneDNN's time on the product."""
-    if not forward.ONEDNN:
-        pytest.skip("torch built without oneDNN")
-    assert forward._measured_choice(rows=8, width=16) in ("mkl", "onednn")
-    assert forward._measured_choice(rows=8, width=16, margin=0.0) == "onednn"
-    assert forward._measured_choice(rows=8, width=16, margin=float("inf")) == "mkl"
-
-
-def test_cpu_matmul_rejects_unknown_values(monkeypatch):
-    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "openblas")
-    with pytest.raises(ValueError,
-                       match="ROOKWORLD_CPU_MATMUL must be auto, onednn, blas or mkl"):
-        forward._cpu_matmul()
+def test_cpu_matmul_rejects_unknown_values():
+    with pytest.raises(ValueError, match="cpu_matmul .* must be one of auto, onednn, blas, "
+                                         "mkl, got 'openblas'"):
+        forward.resolve_cpu_matmul("openblas")
 
 
 def batch(policy, texts, g, t=9, seed=0):
