@@ -278,11 +278,15 @@ class MetricsFile:
         if not self.path.exists():
             return []
         rows = []
-        for line in self.path.read_text().splitlines():
+        for n, line in enumerate(self.path.read_text().splitlines(), 1):
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a kill
                 continue
+            if not isinstance(row, dict) or not isinstance(row.get("step", -1), int):
+                raise ValueError(f"{self.path}, line {n}: not a metrics row (a JSON object "
+                                 f"with an integer step): {line[:80]!r}")
+            rows.append(row)
         return rows
 
     def truncate_to(self, next_step: int) -> None:

@@ -110,6 +110,13 @@ class ExamplesFile:
     def log(self, metrics: dict, step: int) -> None:
         pass
 
+    def resume_at(self, next_step: int) -> None:
+        """Drop rows of steps from next_step on (written after the checkpoint a resume
+        continues from), so that the resumed run does not repeat them."""
+        if self.path is not None and self.path.exists():
+            from .checkpoint import MetricsFile
+            MetricsFile(self.path).truncate_to(next_step)
+
     def log_examples(self, rows: list[dict], step: int) -> None:
         if rows:
             with open(self.path, "a") as f:

@@ -139,9 +139,15 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             forward.set_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
+            for lg in loggers:
+                if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
+                    lg.resume_at(start)
         first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
-    elif main:
-        metrics_file.truncate_to(0)
+    elif main:  # a fresh start (or a run killed before its first checkpoint): no old rows
+        metrics_file.truncate_to(-1)
+        for lg in loggers:
+            if hasattr(lg, "resume_at"):
+                lg.resume_at(-1)
         first_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1)
     metrics_file = metrics_file if main else None
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
@@ -312,6 +318,27 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
     return old, run_dir
 
 
+def _fold_into(new_dir: Path, run_dir: Path) -> None:
+    """A resume writes into the run it continues: the directory Hydra made for the
+    resuming command (holding only its .hydra/ record) moves into the run as
+    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume."""
+    new_dir = new_dir.resolve()
+    if new_dir == run_dir.resolve() or not new_dir.is_dir() \
+            or {p.name for p in new_dir.iterdir()} - {".hydra"}:
+        return
+    dest = run_dir / ".hydra-resumes" / new_dir.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if (new_dir / ".hydra").is_dir() and not dest.exists():
+        os.replace(new_dir / ".hydra", dest)
+    import logging
+    import shutil
+    for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:
+            h.close()
+            h.baseFilename = str(run_dir / Path(h.baseFilename).name)
+    shutil.rmtree(new_dir, ignore_errors=True)
+
+
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:
     """outcome.json of a run that already succeeded through `steps` steps, else None."""
     try:
@@ -334,6 +361,8 @@ def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
+    if resumed_dir:
+        _fold_into(Path(hc.runtime.output_dir), resumed_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
         # imported here: Optuna and SQLAlchemy take 15 MB that a single run does not need

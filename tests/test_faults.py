@@ -195,8 +195,11 @@ def one_thread():
 
 def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch,
                                                           one_thread):
-    """A crash (exception) at step 3 of 4; resume continues from checkpoint 3."""
-    overrides = tiny_overrides + STATEFUL + ["steps=4"]
+    """A crash (exception) at step 3 of 4 with checkpoints every 2 steps and evaluations
+    every step; resume continues from checkpoint 2, and the rows (metrics.jsonl,
+    examples.jsonl) written after it are not repeated."""
+    overrides = tiny_overrides + STATEFUL + ["steps=4", "logger=console", "checkpoint_every=2",
+                                             "eval_every=1"]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     run(compose(overrides), whole)
 
@@ -214,14 +217,40 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(cfg, broken)
     monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
-    assert latest_checkpoint(broken).name == "step-000003"
+    assert latest_checkpoint(broken).name == "step-000002"
 
-    args = tiny_overrides + ["steps=4", f"resume={broken}"]
+    args = tiny_overrides + ["steps=4", f"resume={broken}", "logger=console"]
     resumed_cfg, run_dir = resolve_resume(compose(args), args)
     assert run_dir == broken.resolve() and resumed_cfg.optim.lr == 0.01  # the run's config
     result = run(resumed_cfg, run_dir)
     assert result.outcome.status == "success"
     assert_same_run(whole, broken)
+    # side files too: the examples of step 2, written after checkpoint 2, are not repeated
+    examples = [(broken / "examples.jsonl").read_text(), (whole / "examples.jsonl").read_text()]
+    assert examples[0] == examples[1] and examples[0]
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over_cleanly(tiny_overrides,
+                                                                     tmp_path):
+    cfg = compose(tiny_overrides + ["steps=1", "logger=console"])
+    _save_run_config(cfg, tmp_path)
+    MetricsFile(tmp_path / "metrics.jsonl").append({"step": -1, "eval/reward": 0.5})
+    (tmp_path / "examples.jsonl").write_text('{"step": -1, "task": "P"}\n')
+    args = tiny_overrides + [f"resume={tmp_path}", "logger=console"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    assert run(resumed, run_dir).outcome.status == "success"
+    rows = MetricsFile(tmp_path / "metrics.jsonl").read()
+    evals = [r for r in rows if "eval/reward" in r]
+    assert [r["step"] for r in evals] == [-1, 1] and evals[0]["eval/reward"] != 0.5
+    assert '"task": "P"}' not in (tmp_path / "examples.jsonl").read_text()
+
+
+@pytest.mark.parametrize("line", ["123", "null", '{"step": "x"}', "[1]"])
+def test_a_metrics_line_that_is_not_a_row_is_named(tmp_path, line):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "reward/mean": 1}\n' + line + "\n")
+    with pytest.raises(ValueError, match=f"metrics.jsonl, line 2: not a metrics row"):
+        MetricsFile(path).read()
 
 
 def test_a_full_disk_while_checkpointing_is_recorded_and_resumable(tiny_overrides, tmp_path,
@@ -300,6 +329,10 @@ def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_override
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads((run_dir / "outcome.json").read_text())["step"] == 3
+    # every resume wrote into the run: its Hydra record is kept there, no dated folder left
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
+    assert len(list((run_dir / ".hydra-resumes").iterdir())) >= 1
+    assert not (run_dir / "train.log").exists() or (run_dir / "train.log").read_text()
 
 
 def test_a_kl_failure_exits_with_its_own_code(tiny_overrides, tmp_path):
