@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from pathlib import Path
 
 from hydra.utils import instantiate as _instantiate
@@ -101,6 +102,11 @@ def validate(cfg: DictConfig) -> None:
         if bs % cfg.num_generations:
             raise ConfigError(f"num_generations={cfg.num_generations} must divide "
                               f"batch_size={bs}; pick a divisor or set batch_size=null")
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # torchrun's process count
+    if world > 1 and prompts_per_step(cfg) % world:
+        raise ConfigError(f"{prompts_per_step(cfg)} prompts per step do not split over "
+                          f"{world} ranks (torchrun); make prompts_per_step a multiple of "
+                          f"{world}")
     if cfg.zero_variance not in ("keep", "drop"):
         raise ConfigError(f"zero_variance must be keep or drop, got {cfg.zero_variance!r}")
     alpha = cfg.reference.sync_alpha

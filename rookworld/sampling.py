@@ -333,15 +333,27 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
                    [(torch.arange(n, device=device), tape)] if tape is not None else [])
 
 
+class NonFiniteLogits(FloatingPointError):
+    """The policy's logits hold inf or NaN: its weights diverged."""
+
+
 def _choose(logits: Tensor, s: SamplingSettings, generator) -> tuple[Tensor, Tensor]:
-    """logits [N,V] -> (token [N], its policy log-prob [N])."""
+    """logits [N,V] -> (token [N], its policy log-prob [N]). Raises NonFiniteLogits when
+    sampling meets inf/NaN logits (checked only when torch refuses to sample: no cost
+    on the normal path)."""
     if s.temperature == 0:
         tok = logits.argmax(-1)
         return tok, logits.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
     scaled = logits / s.temperature
     logp_all = scaled.log_softmax(-1)
     probs = filter_logits(scaled, s.top_k, s.top_p).softmax(-1)
-    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    try:
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    except RuntimeError as e:
+        if not torch.isfinite(logits).all():
+            raise NonFiniteLogits("the policy's logits are not finite (inf or NaN): its "
+                                  "weights diverged") from e
+        raise
     return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
 
 

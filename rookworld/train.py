@@ -41,6 +41,7 @@ from .engine import GRPOEngine, peak_memory_mb
 from .evaluation import INTERVAL_NOTE, Evaluator, change_with_interval, with_interval
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config, restore_redacted
+from .sampling import NonFiniteLogits
 
 
 @dataclass
@@ -154,7 +155,11 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         samples = p.task_mix.draw(pools, n_prompts, step, cfg.seed)
-        batch = engine.rollout(samples, step)
+        try:
+            batch = engine.rollout(samples, step)
+        except NonFiniteLogits as e:  # the last update blew the weights up
+            return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
+                            "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
         m = batch.metrics | engine.update(batch, step)
         if cfg.eval_train_batch and main:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
@@ -355,11 +360,19 @@ def finished_outcome(run_dir: Path, steps: int) -> dict | None:
 EXIT_CODES = {"success": 0, "error": 1, "kl_failure": 3, "nan_failure": 4}
 
 
+def _config_exit(e: ConfigError) -> None:
+    """Exit 1 with one line naming the setting (under torchrun, from rank 0 only)."""
+    sys.exit(f"rookworld: {e}" if int(os.environ.get("RANK", "0") or 0) == 0 else 1)
+
+
 @hydra.main(config_path="../conf", config_name="train",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
-    cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
+    try:
+        cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
+    except ConfigError as e:
+        _config_exit(e)
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     if resumed_dir:
         _fold_into(Path(hc.runtime.output_dir), resumed_dir)
@@ -374,11 +387,32 @@ def main(cfg: DictConfig) -> float:
               f"steps (outcome.json: success); nothing to do. Pass steps=N with N > "
               f"{done['step']} to train further.")
         return float(done.get("objective", 0.0))
-    result = run(cfg, run_dir, multirun=multirun)
+    try:
+        result = run(cfg, run_dir, multirun=multirun)
+    except ConfigError as e:  # a bad setting or input: one line naming it, no traceback
+        if multirun:
+            raise
+        _config_exit(e)
     if not multirun and result.outcome.status != "success":
         sys.exit(EXIT_CODES[result.outcome.status])
     return result.objective
 
 
+def _check_output_dirs(argv: list[str]) -> None:
+    """Create a run or sweep directory named on the command line before Hydra does, so
+    that one that cannot be made ends in a line naming the setting, not a traceback
+    from inside Hydra."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value \
+                and "${" not in value:
+            try:
+                Path(value).expanduser().mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                sys.exit(f"rookworld: {key}={value}: cannot create that directory "
+                         f"({e.strerror or e}); pick a writable place")
+
+
 if __name__ == "__main__":
+    _check_output_dirs(sys.argv[1:])
     main()

@@ -249,7 +249,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_cleanly(tiny_overr
 def test_a_metrics_line_that_is_not_a_row_is_named(tmp_path, line):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 0, "reward/mean": 1}\n' + line + "\n")
-    with pytest.raises(ValueError, match=f"metrics.jsonl, line 2: not a metrics row"):
+    with pytest.raises(ValueError, match="metrics.jsonl, line 2: not a metrics row"):
         MetricsFile(path).read()
 
 
@@ -345,6 +345,45 @@ def test_a_kl_failure_exits_with_its_own_code(tiny_overrides, tmp_path):
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
     assert outcome["status"] == "kl_failure" and p.returncode == EXIT_CODES["kl_failure"] == 3
+
+
+def test_weights_blown_up_by_a_huge_lr_end_as_a_nan_failure(tiny_overrides, tmp_path):
+    from rookworld.train import EXIT_CODES
+    over = [o for o in tiny_overrides if not o.startswith("steps=")]
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", *over, "steps=3",
+                        "optim.lr=1e9", "eval_every=0", f"hydra.run.dir={tmp_path / 'run'}"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
+    assert outcome["status"] == "nan_failure" and "lower optim.lr" in outcome["reason"]
+    assert p.returncode == EXIT_CODES["nan_failure"] == 4
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("data.train={tmp}", "rookworld: data source {tmp}: not a data file, nor a dataset folder"),
+    ("hydra.run.dir=/proc/x/run", "rookworld: hydra.run.dir=/proc/x/run: cannot create that "
+                                  "directory"),
+    ("sampler.top_p=0", "rookworld: cannot build rookworld.sampling.per_task_settings: "
+                        "sampler.top_p must be in (0, 1]")])
+def test_a_bad_setting_ends_in_one_line_naming_it(tiny_overrides, tmp_path, setting, message):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    setting, message = (x.replace("{tmp}", str(empty)) for x in (setting, message))
+    args = [o for o in tiny_overrides if not o.startswith("data.train=")] \
+        if setting.startswith("data.train=") else list(tiny_overrides)
+    if not setting.startswith("hydra.run.dir="):
+        args.append(f"hydra.run.dir={tmp_path / 'run'}")
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", *args, setting],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_prompts_that_do_not_split_over_the_ranks_are_refused_before_loading(
+        tiny_overrides, monkeypatch):
+    from rookworld.config import validate
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    validate(compose(tiny_overrides + ["prompts_per_step=4"]))
+    with pytest.raises(ConfigError, match="3 prompts per step do not split over 2 ranks"):
+        validate(compose(tiny_overrides + ["prompts_per_step=3"]))
 
 
 # ------------------------------------------------------------ SIGKILL, real CLI
@@ -466,11 +505,13 @@ def test_sweep_trial_that_crashes_is_recorded_with_its_reason_and_the_rest_run(t
     out, _ = p.communicate(timeout=900)
     assert p.returncode == 0, out[-3000:]
     trials = {t.params["sampler.max_new_tokens"]: t for t in _study(tmp_path)}
-    assert sorted(trials) == [16, 24, 400] and all(t.state.name == "COMPLETE"
-                                                   for t in trials.values())
-    crashed = trials[400].user_attrs
-    assert crashed["outcomes"] == ["error"] and trials[400].value == -1.0
-    assert "max_new_tokens (400) exceeds" in crashed["replicas"][0]["reason"]
+    assert sorted(trials) == [16, 24, 400]
+    assert [trials[k].state.name for k in (16, 24, 400)] == ["COMPLETE", "COMPLETE", "FAIL"]
+    crashed = trials[400].user_attrs  # FAIL, with its reason; never "Best parameters"
+    assert crashed["outcomes"] == ["error"] and trials[400].value is None
+    assert "max_new_tokens (400) exceeds" in crashed["reason"]
+    assert "Best parameters" in out and "'sampler.max_new_tokens': 400" not in out.split(
+        "Best parameters")[1]
     assert (Path(crashed["run_dir"]) / "error.txt").exists()
     for ok in (trials[16], trials[24]):
         assert ok.user_attrs["outcomes"] == ["success"]

@@ -24,6 +24,7 @@ from rookworld.sweeps import report
 from rookworld.sweeps.storage import study_storage
 from rookworld.sweeps.trial import (
     StudyRef,
+    TrialFailed,
     record,
     replica_config,
     run_trial,
@@ -156,11 +157,12 @@ def test_run_trial_replicas_in_seed_dirs_error_becomes_an_outcome(tmp_path):
         return RunResult(Outcome(status, 5), run_dir, {}, {"eval/reward": 0.4, "time/x": 1.0},
                          0.4 if status == "success" else -1.0)
 
-    objective = run_trial(cfg, tmp_path, fake_run, study=None)
-    assert objective == pytest.approx((0.4 - 1 - 1) / 3)
+    with pytest.raises(TrialFailed, match="seed 11: ValueError: bad data for this seed"):
+        run_trial(cfg, tmp_path, fake_run, study=None)  # an error replica fails the trial
     assert [(s, d.name, m) for s, d, m in seen] == [(10, "seed-10", True), (11, "seed-11", True),
                                                     (12, "seed-12", True)]
-    saved = json.loads((tmp_path / "trial.json").read_text())
+    saved = json.loads((tmp_path / "trial.json").read_text())  # recorded before it raised
+    assert saved["objective"] == pytest.approx((0.4 - 1 - 1) / 3)
     assert saved["outcomes"] == ["success", "error", "kl_failure"]
     assert saved["replicas"][1]["reason"] == "ValueError: bad data for this seed"
     assert saved["final_eval"] == {"eval/reward": 0.4}  # eval/ keys only
@@ -205,6 +207,12 @@ def _hand_made_study(root: Path) -> str:
             params={"optim.lr": lr, "num_generations": g}, distributions=dists, value=value,
             user_attrs={"outcomes": outs, "replicas": reps, "run_dir": tdir}))
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    # a trial whose setting could not run: FAIL, with its outcomes kept out of the rates
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL, user_attrs={
+            "outcomes": ["error"], "reason": "seed 0: ConfigError: bad setting",
+            "replicas": [{"seed": 0, "status": "error", "step": 0, "reason": "bad setting",
+                          "objective": -1.0, "final_eval": {}, "run_dir": str(root)}]}))
     return url
 
 
@@ -215,7 +223,9 @@ def test_report_hand_made_study(tmp_path, capsys):
     # 6 replicas: 3 success, 2 kl_failure, 1 nan_failure
     assert "**Study success rate 50%** (3/6 runs)" in text
     assert "**KL-failure rate 33%** (2)" in text and "NaN-failure rate 17% (1)" in text
-    assert "Best trial: #0, objective 0.5000" in text and "4 trials (complete 3, fail 1)" in text
+    assert "Best trial: #0, objective 0.5000" in text and "5 trials (complete 3, fail 2)" in text
+    assert "| 3 | FAIL | no reason recorded |" in text
+    assert "| 4 | FAIL | seed 0: ConfigError: bad setting |" in text
     assert "| 1 | COMPLETE | 0.001 | 4 | 1 | 1 | 0 | 0 | 50% | 50% | -0.4000 |" in text
     assert "| 2 | 1 | nan_failure | 2 | why nan_failure |" in text
     for png in ("params.png", "kl.png"):
@@ -334,3 +344,35 @@ def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
     assert sorted(t.number for t in trials) == list(range(n_trials * workers))
     _assert_recorded(trials)
     assert len({t.user_attrs["run_dir"] for t in trials}) == n_trials * workers
+
+
+def test_a_rerun_moves_the_sampler_seed_on_by_the_trials_held(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rookworld.sweeps.callbacks import ContinueSampling
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    cfg = OmegaConf.create({"hydra": {"sweeper": {"storage": url, "study_name": "s",
+                                                  "sampler": {"seed": 5}}}})
+    OmegaConf.set_readonly(cfg, True)
+    ContinueSampling().on_multirun_start(cfg)  # no study yet: the configured seed
+    assert cfg.hydra.sweeper.sampler.seed == 5
+    study = optuna.create_study(study_name="s", storage=url)
+    for x in (0.1, 0.2):
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": x}, distributions={"x": FloatDistribution(0, 1)}, value=x))
+    ContinueSampling().on_multirun_start(cfg)
+    assert cfg.hydra.sweeper.sampler.seed == 7
+
+
+@pytest.mark.slow
+def test_a_sweep_run_twice_holds_distinct_points(tiny_overrides, tmp_path):
+    args = [*tiny_overrides, "steps=1", "batch_size=8", "eval_every=0",
+            "hydra.sweeper.n_trials=3"]  # batch 8: every searched group size divides it
+    args = [a for a in args if a != "num_generations=2"]  # searched, not fixed
+    for _ in range(2):
+        out = _train(args, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+    trials = _trials(f"sqlite:///{tmp_path}/multirun/grpo_stability/optuna.db")
+    points = {tuple(sorted((k, v) for k, v in t.params.items() if k != "sweep.trial"))
+              for t in trials}
+    assert len(trials) == 6 and len(points) == 6

@@ -157,10 +157,15 @@ def hf_lines(source: str, split: str | None = None) -> list[str]:
     `datasets.load_dataset` understands, or a hub id (needs the network)."""
     import datasets
     path = Path(source)
-    if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
-        ds = datasets.load_from_disk(source)
-    else:
-        ds = datasets.load_dataset(source, split=split or "train")
+    try:
+        if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+            ds = datasets.load_from_disk(source)
+        else:
+            ds = datasets.load_dataset(source, split=split or "train")
+    except Exception as e:  # datasets' own errors are many and deep; name the source
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"not a data file, nor a dataset folder or hub id that `datasets` "
+                         f"can load ({type(e).__name__}: {first})") from e
     if isinstance(ds, datasets.DatasetDict):
         ds = ds[split or "train"]
     if "text" not in ds.column_names:

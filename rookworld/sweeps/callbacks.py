@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import optuna
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, flag_override
 
 from .storage import open_storage
 
@@ -60,3 +60,36 @@ class FailStaleTrials(Callback):
         if failed:
             print(f"[rookworld] study {name}: trials {failed} were left RUNNING by a process "
                   "that died; marked FAIL")
+
+
+def trial_count(url: str, study_name: str) -> int:
+    """Trials the study holds (0 when it does not exist yet)."""
+    storage = open_storage(url)
+    try:
+        return len(storage.get_all_trials(storage.get_study_id_from_name(study_name),
+                                          deepcopy=False))
+    except KeyError:
+        return 0
+    finally:
+        storage.engine.dispose()
+
+
+class ContinueSampling(Callback):
+    """hydra.callbacks entry: a rerun of a sweep continues its study instead of repeating
+    it. The sampler's seed is the configured one plus the trials the study already holds,
+    so a rerun draws new start-up points (with a fixed seed, TPE's random start-up
+    trials came out the same at every rerun) while the same command on the same study
+    still proposes the same points."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweeper = config.hydra.sweeper
+        url, name = sweeper.get("storage"), sweeper.get("study_name")
+        sampler = sweeper.get("sampler") or {}
+        if not url or not name or sampler.get("seed") is None:
+            return
+        done = trial_count(str(url), str(name))
+        if done:
+            with flag_override(sampler, ["readonly", "struct"], [False, False]):
+                sampler.seed = int(sampler.seed) + done
+            print(f"[rookworld] study {name} holds {done} trials: sampler seed "
+                  f"{sampler.seed} for this run's new ones")

@@ -35,6 +35,7 @@ class TrialRow:
     outcomes: list[str] = field(default_factory=list)
     replicas: list[dict] = field(default_factory=list)
     run_dir: str | None = None
+    reason: str = ""  # why a FAIL trial failed (its job's `reason`, or Optuna's fail_reason)
 
     @property
     def label(self) -> str:
@@ -60,13 +61,15 @@ def load_rows(study: optuna.Study) -> list[TrialRow]:
             number=t.number, state=t.state.name, value=t.value,
             params={k: v for k, v in t.params.items() if k != TRIAL_KEY},
             outcomes=list(a.get("outcomes", [])), replicas=list(a.get("replicas", [])),
-            run_dir=a.get("run_dir")))
+            run_dir=a.get("run_dir"),
+            reason=str(a.get("reason") or t.system_attrs.get("fail_reason") or "")))
     return rows
 
 
 def study_rates(rows: list[TrialRow]) -> dict:
-    """Outcome counts and shares pooled over every recorded replica of the study."""
-    counts = Counter(o for r in rows for o in r.outcomes)
+    """Outcome counts and shares pooled over every replica of the study's COMPLETE trials
+    (a FAIL trial measured nothing; it is reported apart)."""
+    counts = Counter(o for r in rows if r.state == "COMPLETE" for o in r.outcomes)
     n = sum(counts.values())
     return {"replicas": n, **{s: counts[s] for s in OUTCOMES},
             **{f"{s}_rate": counts[s] / n if n else float("nan") for s in OUTCOMES}}
@@ -100,9 +103,20 @@ def trial_table(rows: list[TrialRow], names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def failed_trials_table(rows: list[TrialRow], max_reason: int = 160) -> str:
+    lines = ["| trial | state | reason |", "|---|---|---|"]
+    for r in rows:
+        if r.state != "COMPLETE":
+            reason = (r.reason or "no reason recorded").replace("|", "/").replace("\n", " ")
+            lines.append(f"| {r.number} | {r.state} | {reason[:max_reason]} |")
+    return "\n".join(lines) if len(lines) > 2 else "None: every trial completed."
+
+
 def failure_table(rows: list[TrialRow], max_reason: int = 110) -> str:
     lines = ["| trial | seed | outcome | step | reason |", "|---|---|---|---|---|"]
     for r in rows:
+        if r.state != "COMPLETE":
+            continue
         for rep in r.replicas:
             if rep["status"] != "success":
                 reason = rep["reason"].replace("|", "/").replace("\n", " ")[:max_reason]
@@ -118,7 +132,7 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
     out = [f"# Sweep report: {name}", "",
            f"Storage: `{storage}`; {len(rows)} trials ("
            + ", ".join(f"{k.lower()} {v}" for k, v in sorted(states.items())) + f"); "
-           f"{rates['replicas']} replica runs recorded.", "",
+           f"{rates['replicas']} replica runs of complete trials.", "",
            f"**Study success rate {_pct(rates['success_rate'])}** "
            f"({rates['success']}/{rates['replicas']} runs), "
            f"**KL-failure rate {_pct(rates['kl_failure_rate'])}** ({rates['kl_failure']}), "
@@ -129,7 +143,10 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
         out += [f"Best trial: #{best.number}, objective {_obj(best.value)} "
                 f"(outcomes {best.outcomes}): {params}; run directory `{best.run_dir}`.", ""]
     out += ["## Trials", "", trial_table(rows, names), "",
-            "## Failed runs", "", failure_table(rows), ""]
+            "## Trials that did not complete", "",
+            "Not counted in the rates above (they measured nothing): a setting that could "
+            "not run, a crash, or a process that died.", "", failed_trials_table(rows), "",
+            "## Failed runs of complete trials", "", failure_table(rows), ""]
     if plots:
         out += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
     return "\n".join(out)

@@ -21,6 +21,12 @@ with plain Optuna: `optuna.load_study(study_name=..., storage=...).trials[i].use
     replicas          per replica: seed, status, step, reason, objective, run_dir, final_eval
 
 The same dict is written to `<run_dir>/trial.json`.
+
+A trial with an `error` replica (a setting this trial drew that cannot run, a crash) did
+not measure its point: the job records its attributes plus `reason`, then raises
+TrialFailed, so that Optuna stores the trial as FAIL (kept out of "Best parameters" and out
+of the study's success rates). KL and NaN failures are results: such a trial is COMPLETE,
+and each failed replica adds sweep.failed_objective to its mean.
 """
 
 from __future__ import annotations
@@ -150,10 +156,15 @@ def record(study: StudyRef, cfg: DictConfig, attrs: dict) -> None:
         storage.set_trial_user_attr(trial_id, key, value)
 
 
+class TrialFailed(RuntimeError):
+    """A replica of the trial ended in an error: the trial is recorded FAIL."""
+
+
 def run_trial(cfg: DictConfig, out_dir: Path, run_fn: Callable,
               study: StudyRef | None) -> float:
     """Run the trial's replicas (in out_dir itself when there is one, else in
-    out_dir/seed-<s>), record the summary, return the objective."""
+    out_dir/seed-<s>), record the summary, return the objective; raise TrialFailed
+    (after recording) when a replica ended in an error."""
     n = cfg.sweep.replicas
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"sweep.replicas must be an integer >= 1, got {n!r}")
@@ -163,9 +174,15 @@ def run_trial(cfg: DictConfig, out_dir: Path, run_fn: Callable,
         replicas.append(run_replica(rcfg, out_dir if n == 1 else out_dir / f"seed-{rcfg.seed}",
                                     run_fn))
     attrs = {**summarize(replicas, float(cfg.sweep.failed_objective)), "run_dir": str(out_dir)}
+    errors = [f"seed {r['seed']}: {r['reason']}" for r in replicas if r["status"] == "error"]
+    if errors:
+        attrs["reason"] = "; ".join(errors)[:1000]
     atomic_write_text(out_dir / "trial.json", json.dumps(attrs, indent=2))
     if study:
         record(study, cfg, attrs)
+    if errors:
+        print(f"[rookworld] trial failed (recorded FAIL): {attrs['reason']}", flush=True)
+        raise TrialFailed(attrs["reason"])
     print(f"[rookworld] trial outcomes={attrs['outcomes']} objective={attrs['objective']:.4f}",
           flush=True)
     return attrs["objective"]
