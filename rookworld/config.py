@@ -112,9 +112,10 @@ def validate(cfg: DictConfig) -> None:
     alpha = cfg.reference.sync_alpha
     if not isinstance(alpha, int | float) or not 0 < alpha <= 1:
         raise ConfigError(f"reference.sync_alpha must be in (0, 1], got {alpha!r}")
-    if cfg.algorithm.kl_estimator not in ("k1", "k2", "k3", "full"):
-        raise ConfigError(f"algorithm.kl_estimator must be k1, k2, k3 or full, got "
-                          f"{cfg.algorithm.kl_estimator!r}")
+    from .grpo import KL_ESTIMATOR_NAMES
+    if cfg.algorithm.kl_estimator not in KL_ESTIMATOR_NAMES:
+        raise ConfigError(f"algorithm.kl_estimator must be one of "
+                          f"{', '.join(KL_ESTIMATOR_NAMES)}, got {cfg.algorithm.kl_estimator!r}")
     ni = cfg.algorithm.num_iterations
     if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
         raise ConfigError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")

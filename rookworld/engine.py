@@ -76,10 +76,6 @@ def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) 
     return out
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1))
-
-
 @functools.cache
 def _glibc(name: str):
     """A glibc function by name, or None without glibc."""

@@ -127,12 +127,6 @@ def test_bad_config_names_the_key_before_any_model(overrides, key, tiny_override
     assert not run_dir.exists() or not any(run_dir.iterdir())  # nothing half-written
 
 
-def test_table_has_at_least_20_cases_and_none_from_test_train():
-    from test_train import BAD
-    assert len(CONFIG_CASES) >= 20
-    assert not {tuple(o) for o, _ in BAD} & {tuple(o) for o, _ in CONFIG_CASES}
-
-
 def test_the_reference_conflict_message_says_how_to_fix(tiny_overrides):
     with pytest.raises(ConfigError, match="set reference.enabled=true or kl=none"):
         build_parts(compose(tiny_overrides + ["kl=fixed", "reference.enabled=false"]))

@@ -59,12 +59,6 @@ def test_reference_is_frozen_and_agrees_with_policy_at_step_zero(engine_and_pool
     assert abs(m["kl/k3"]) < 1e-6 and abs(m["policy/ratio_mean"] - 1) < 1e-5
 
 
-def test_dropout_is_zero_in_every_model_config(engine_and_pools):
-    engine = engine_and_pools[2]
-    cfg = engine.model.config
-    assert cfg.resid_pdrop == cfg.embd_pdrop == cfg.attn_pdrop == 0.0
-
-
 def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
     """With num_iterations > 1 the ratio moves after the first update: the logged ratio and
     clip fractions are the mean over the iterations (iteration 0 alone always reads 1 / 0)."""

@@ -2,7 +2,6 @@
 against its paper's formula, gradients, and the conf/algorithm YAMLs."""
 
 import math
-import re
 import statistics
 from pathlib import Path
 
@@ -430,14 +429,5 @@ def test_algorithm_yaml_instantiates(name, scale, clip, level, agg):
     else:
         assert loss.aggregate.func is agg
         assert loss.aggregate(X, M).item() == pytest.approx(agg(X, M).item())
-    assert cfg.num_iterations == 1 and cfg.kl_estimator == "k3" and cfg.entropy_coef == 0.0
 
 
-MY_YAMLS = sorted([*CONF.glob("algorithm/*.yaml"), *CONF.glob("kl/*.yaml"), *CONF.glob("optim/*.yaml")])
-
-
-@pytest.mark.parametrize("path", MY_YAMLS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_yaml_key_has_a_comment(path):
-    for line in path.read_text().splitlines():
-        if re.match(r"^\s*[A-Za-z_][\w]*:", line) and not re.match(r"^\s*_(target|partial)_:", line):
-            assert "#" in line, f"{path.name}: key without a comment: {line!r}"

@@ -53,14 +53,6 @@ def test_yaml_instantiates_and_scores(name):
             reward.pool.close()
 
 
-@pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_every_yaml_key_has_a_comment(name):
-    for line in (CONF / f"{name}.yaml").read_text().splitlines():
-        key = line.split(":")[0].strip()
-        if line.strip() and not line.lstrip().startswith("#") and key != "_target_":
-            assert " # " in line, f"{name}.yaml: key {key!r} has no comment"
-
-
 @pytest.mark.parametrize(("build", "match"), [
     (lambda: BinaryReward(wrong=1.0), "wrong"),
     (lambda: GraduatedReward(malformed_penalty=-0.1), "malformed_penalty"),
