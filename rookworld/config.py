@@ -245,3 +245,41 @@ def compose(overrides: list[str] | tuple = (), config_name: str = "train") -> Di
 
     with initialize_config_dir(config_dir=str(CONF_DIR)):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+# keys named at the top level of one command's config but under `data` in all of them
+MISPLACED = {"eval_per_task": "data.eval_per_task"}
+
+
+def check_argv(argv: list[str]) -> None:
+    """Exit with one line naming the right key when a command line names a misplaced one
+    (before Hydra, whose message would only say the key is not in the config)."""
+    import sys
+    for arg in argv:
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key in MISPLACED:
+            sys.exit(f"rookworld: {key} is {MISPLACED[key]} (the same key in "
+                     "python -m rookworld.train, evaluate and pretrain)")
+
+
+def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
+    """Warnings for `+key=value` overrides: Hydra accepts `+` only for a key that the
+    composed config does not have, and nothing reads such a key unless its component
+    takes it, so a typo (`+optim.lrr=1e-4`) would run silently. Each warning suggests the
+    nearest existing keys."""
+    import difflib
+    warnings = []
+    for o in cfg_overrides:
+        if not o.startswith("+") or o.startswith("++"):
+            continue
+        key = o[1:].split("=", 1)[0]
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        siblings = [str(k) for k in node.keys() if k != leaf] \
+            if isinstance(node, DictConfig) else []
+        near = difflib.get_close_matches(leaf, siblings, n=2)
+        hint = f"; did you mean {' or '.join(f'{parent}.{n}'.lstrip('.') for n in near)}?" \
+            if near else ""
+        warnings.append(f"+{key} adds a key that no default config has; nothing reads it "
+                        f"unless its component takes it{hint}")
+    return warnings

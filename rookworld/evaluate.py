@@ -22,11 +22,16 @@ def measure(policy, cfg, held_out) -> dict:
     """{"held_out": metrics, "external": metrics (when cfg.data.external_eval exists)}."""
     settings = instantiate(cfg.sampler)
     reward = instantiate(cfg.reward)
-    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.eval_per_task)(
-        policy, reward)[0]}
-    if cfg.data.get("external_eval") and Path(cfg.data.external_eval).exists():
-        ext = read_samples(cfg.data.external_eval, on_defect="relabel")
+    results = {"held_out": Evaluator(held_out, settings,
+                                     max_per_task=cfg.data.eval_per_task)(policy, reward)[0]}
+    ext_path = cfg.data.get("external_eval")
+    if ext_path and Path(ext_path).exists():
+        ext = read_samples(ext_path, on_defect="relabel")
         results["external"] = Evaluator(ext, settings)(policy, reward)[0]
+    elif ext_path:
+        print(f"[rookworld] data.external_eval={ext_path}: no such file; the external ROOK "
+              "set is skipped (point data.external_eval or ROOKWORLD_EXTERNAL_EVAL at a copy, "
+              "or set it to null)", flush=True)
     return results
 
 
@@ -40,4 +45,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    from .config import check_argv
+    check_argv(sys.argv[1:])
     main()

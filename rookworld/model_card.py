@@ -130,7 +130,7 @@ In all: {sum(s["samples"] for s in lineage["stages"]):,} samples and
 {total['steps']} of {cfg.steps} scheduled steps). Batches are a function of (seed, step), so
 `resume=true` continues a stage exactly.
 
-Greedy decoding is deterministic: `python -m rookworld.evaluate eval_per_task=0` (this model,
+Greedy decoding is deterministic: `python -m rookworld.evaluate data.eval_per_task=0` (this model,
 the whole held-out split, and rook_val_500 when present) prints the figures below again.
 
 ## Greedy metrics on the held-out split ({_counts(ev['held_out'])} samples)

@@ -241,4 +241,8 @@ def export(policy, cfg, report: dict, lineage: dict) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    from .config import check_argv
+    check_argv(sys.argv[1:])
     main()

@@ -33,7 +33,15 @@ from .checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from .config import WHITELIST, ConfigError, instantiate, prompts_per_step, validate
+from .config import (
+    WHITELIST,
+    ConfigError,
+    check_argv,
+    instantiate,
+    prompts_per_step,
+    unread_additions,
+    validate,
+)
 from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
@@ -373,6 +381,8 @@ def main(cfg: DictConfig) -> float:
         cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
     except ConfigError as e:
         _config_exit(e)
+    for warning in unread_additions(cfg, list(hc.overrides.task)):
+        print(f"[rookworld] warning: {warning}", flush=True)
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     if resumed_dir:
         _fold_into(Path(hc.runtime.output_dir), resumed_dir)
@@ -414,5 +424,6 @@ def _check_output_dirs(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    check_argv(sys.argv[1:])
     _check_output_dirs(sys.argv[1:])
     main()

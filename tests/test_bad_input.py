@@ -307,3 +307,37 @@ def test_run_directory_without_write_permission(tiny_overrides, tmp_path, no_mod
 def test_device_cuda_without_cuda_is_refused_naming_the_key(tiny_overrides):
     with pytest.raises(ConfigError, match=r"device=cuda: .*no CUDA device.*device=cpu"):
         build_parts(compose([*tiny_overrides, "device=cuda"]))
+
+
+@pytest.mark.parametrize("arg", ["eval_per_task=0", "+eval_per_task=3"])
+def test_a_misplaced_key_names_the_right_one(arg):
+    from rookworld.config import check_argv
+    with pytest.raises(SystemExit, match="eval_per_task is data.eval_per_task"):
+        check_argv(["model=embedded", arg])
+    check_argv(["data.eval_per_task=0"])  # the right key passes
+
+
+def test_a_key_added_with_plus_is_warned_about_with_the_nearest_names():
+    from omegaconf import OmegaConf
+
+    from rookworld.config import unread_additions
+    cfg = OmegaConf.create({"optim": {"lr": 1e-4, "lrr": 1e-4, "weight_decay": 0.0}, "x": 1})
+    warnings = unread_additions(cfg, ["optim.lr=1e-3", "+optim.lrr=1e-4", "++x=2"])
+    assert warnings == ["+optim.lrr adds a key that no default config has; nothing reads it "
+                        "unless its component takes it; did you mean optim.lr?"]
+
+
+def test_a_missing_external_set_is_reported(tiny_overrides, tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from rookworld.evaluate import measure
+    from rookworld.model import build_random
+    base = compose(tiny_overrides)
+    cfg = OmegaConf.create({"sampler": base.sampler, "reward": base.reward,
+                            "data": {"eval_per_task": 1,
+                                     "external_eval": str(tmp_path / "missing.txt")}})
+    from rookworld.data_io import read_samples
+    held_out = read_samples(base.data.eval)
+    policy = build_random(n_layer=1, n_embd=32, n_head=2, n_positions=320)
+    assert "external" not in measure(policy, cfg, held_out)
+    assert "missing.txt: no such file; the external ROOK set is skipped" in capsys.readouterr().out

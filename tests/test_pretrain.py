@@ -39,7 +39,7 @@ def _pretrain(out: Path, train: str, held_out: str, *extra: str, model=TINY):
     cmd = [sys.executable, "-m", "rookworld.pretrain", f"out_dir={out}", f"data.train={train}",
            f"data.eval={held_out}", "data.external_eval=/nonexistent", *model,
            "batch_size=4", "warmup_steps=1",
-           "eval_per_task=4", "curve_per_task=3", "sampler.max_new_tokens=8",
+           "data.eval_per_task=4", "curve_per_task=3", "sampler.max_new_tokens=8",
            "sampler.per_task.A.max_new_tokens=8", *extra]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=300)
 
