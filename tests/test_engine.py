@@ -282,3 +282,35 @@ def test_keep_freed_heap_goes_through_glibc():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(platform.libc_ver()[0] == "glibc")]
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "full"])
+def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, monkeypatch,
+                                                              estimator):
+    """Positions outside the loss mask (pads) get logits 1000x as large, so the policy's
+    log-probs there lie thousands of nats from the reference's: the step must still give
+    finite losses and gradients (no update skipped, every weight finite) for each KL."""
+    from rookworld import engine as engine_mod
+    from rookworld.data_io import read_samples
+
+    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed", "kl.beta=0.1",
+                                    f"algorithm.kl_estimator={estimator}",
+                                    "rollout_tape_mib=0"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    batch = engine.rollout(parts.task_mix.draw(pools, 4, 0, 0), 0)
+    batch.loss_mask[:, -6:] = 0  # the last positions of every row count as padding
+    real_forward = engine_mod.GRPOEngine._forward
+
+    def extreme_at_pads(self, b, rows):
+        logits = real_forward(self, b, rows)
+        pad = ~b.loss_mask[rows].bool()
+        return torch.where(pad[..., None], logits * 1000.0, logits)
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "_forward", extreme_at_pads)
+    m = engine.update(batch, 0)
+    assert m["guard/nan_skipped"] == 0, m
+    assert all(math.isfinite(v) for k, v in m.items() if k.startswith(("loss/", "kl/")))
+    assert all(torch.isfinite(p).all() for p in engine.model.parameters())
