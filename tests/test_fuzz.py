@@ -304,3 +304,42 @@ def test_redact_config_masks_secret_keys_at_any_depth(key, secret, other):
     cfg = {"a": [{"b": {key: secret}}], "other": other}
     out = redact_config(cfg)
     assert out["a"][0]["b"][key] == MASK
+
+
+def _mutated_copies():
+    import gzip
+    from pathlib import Path
+    raw = gzip.open(Path(__file__).resolve().parents[1] / "rookworld" / "assets" / "data"
+                    / "eval.jsonl.gz").read()[:20_000]
+    return raw, gzip.compress(raw, mtime=0)
+
+
+@given(kind=st.sampled_from(["gzip cut", "gzip flip", "text flip", "text cut", "junk line"]),
+       at=st.floats(0.0, 1.0), junk=st.binary(min_size=1, max_size=256))
+def test_a_damaged_data_file_is_a_named_error_or_a_counted_skip(kind, at, junk):
+    """Whole files cut short, with flipped bytes or junk lines: read_samples returns the
+    rows it could check (each defect counted) or raises ConfigError naming the file."""
+    import tempfile
+    from pathlib import Path
+
+    from rookworld.config import ConfigError
+    from rookworld.data_io import read_samples
+
+    raw, packed = _mutated_copies()
+    data, suffix = (packed, ".jsonl.gz") if kind.startswith("gzip") else (raw, ".jsonl")
+    i = int(at * (len(data) - 1))
+    if kind.endswith("cut"):
+        data = data[:i]
+    elif kind.endswith("flip"):
+        data = data[:i] + bytes(b ^ 0xFF for b in data[i:i + len(junk)]) + data[i + len(junk):]
+    else:
+        data = data[:i] + b"\n" + junk + b"\n" + data[i:]
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"split{suffix}"
+        path.write_bytes(data)
+        try:
+            samples = read_samples(str(path))
+        except ConfigError as e:
+            assert str(path) in str(e)
+        else:
+            assert all(isinstance(s, Sample) for s in samples)
