@@ -86,6 +86,12 @@ class DistContext:
             out[k] = max(vals) if k.endswith("_max") else sum(vals) / len(vals)
         return out
 
+    def all_gather_list(self, items: list) -> list:
+        """Each rank's list -> their concatenation in rank order, on every rank."""
+        parts: list = [None] * self.world
+        dist.all_gather_object(parts, list(items))
+        return [x for part in parts for x in part]
+
     def sum_floats(self, d: dict) -> dict:
         """{name: float} with the same keys on every rank -> sums over ranks."""
         keys = sorted(d)

@@ -303,7 +303,7 @@ class GRPOEngine:
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
         t2 = time.perf_counter()
-        adv, zero = self._advantages(rewards)
+        adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -312,9 +312,11 @@ class GRPOEngine:
         t3 = time.perf_counter()
         m = self._rollout_metrics(rows, texts, scored, rewards, adv, zero, r)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
+        if hasattr(self.advantage, "metrics"):  # running statistics of stateful advantages
+            m.update(self.advantage.metrics())
         norm_tokens, norm_rows = float(loss_mask.sum()), len(rows)
         if self.dist:
-            m = self._global_metrics(self.dist.combine_metrics(m), rewards)
+            m = self._global_metrics(self.dist.combine_metrics(m), rewards, adv_every)
             norm_tokens = self.dist.sum_floats({"t": norm_tokens})["t"]
             norm_rows *= self.dist.world
         if self.release_memory:
@@ -322,22 +324,24 @@ class GRPOEngine:
         return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
 
-    def _advantages(self, rewards: Tensor) -> tuple[Tensor, Tensor]:
-        """rewards [N] -> (advantages [N] on device, zero-variance groups [N/G]); under
-        DDP from every rank's rewards (a batch-level std sees the whole step)."""
+    def _advantages(self, rewards: Tensor, tasks: list[str], step: int
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+        """rewards [N] -> (advantages [N] on device, zero-variance groups [N/G], the whole
+        step's advantages); under DDP from every rank's rewards (a batch-level std sees the
+        whole step) and computed once, so running statistics advance once a step."""
         if not self.dist:
-            return (self.advantage(rewards, self.G).to(self.device),
-                    grpo.zero_variance_groups(rewards, self.G))
+            adv = self.advantage(rewards, self.G, tasks=tasks, step=step)
+            return adv.to(self.device), grpo.zero_variance_groups(rewards, self.G), adv
         every = self.dist.all_gather(rewards.to(self.device)).cpu()
         n, k = len(rewards), self.dist.rank
-        adv = self.advantage(every, self.G)[k * n:(k + 1) * n]
+        adv_every = self.advantage(every, self.G, tasks=self.dist.all_gather_list(tasks),
+                                   step=step)
         zero = grpo.zero_variance_groups(every, self.G)[k * n // self.G:(k + 1) * n // self.G]
-        return adv.to(self.device), zero
+        return adv_every[k * n:(k + 1) * n].to(self.device), zero, adv_every
 
-    def _global_metrics(self, m: dict, rewards: Tensor) -> dict:
+    def _global_metrics(self, m: dict, rewards: Tensor, adv: Tensor) -> dict:
         """Replace rank-averaged reward and advantage summaries by whole-step values."""
         every = self.dist.all_gather(rewards.to(self.device)).cpu()
-        adv = self.advantage(every, self.G)
         m.update({"reward/mean": float(every.mean()), "reward/std": float(every.std(0)),
                   "adv/std": float(adv.std(0)), "adv/abs_mean": float(adv.abs().mean()),
                   "groups/zero_variance_share": float(
@@ -550,10 +554,15 @@ class GRPOEngine:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "kl": self.kl.state_dict()}
+        d = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+             "kl": self.kl.state_dict()}
+        if hasattr(self.advantage, "state_dict"):  # running reward statistics
+            d["advantage"] = self.advantage.state_dict()
+        return d
 
     def load_state_dict(self, d: dict) -> None:
         self.optimizer.load_state_dict(d["optimizer"])
         self.scheduler.load_state_dict(d["scheduler"])
         self.kl.load_state_dict(d["kl"])
+        if "advantage" in d and hasattr(self.advantage, "load_state_dict"):
+            self.advantage.load_state_dict(d["advantage"])

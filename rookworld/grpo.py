@@ -210,7 +210,8 @@ class GroupAdvantage:
             raise ValueError(f"algorithm.advantage.clip must be > 0 or null, got {clip}")
         self.scale, self.min_std, self.clip = scale, float(min_std), clip
 
-    def __call__(self, rewards: Tensor, group_size: int) -> Tensor:
+    def __call__(self, rewards: Tensor, group_size: int, tasks=None, step: int = 0) -> Tensor:
+        """tasks and step are for stateful advantages (rookworld.advantages); unused here."""
         return group_advantages(rewards, group_size, self.scale, self.min_std, self.clip)
 
     def __repr__(self) -> str:

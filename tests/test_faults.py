@@ -585,3 +585,40 @@ def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
     assert run(resumed, run_dir).outcome.status == "success"
     assert "made with cpu_matmul=onednn; it continues with that" in capsys.readouterr().out
     assert_same_run(tmp_path / "whole", cut)
+
+
+def test_resume_is_exact_with_running_advantage_statistics(tiny_overrides, tmp_path,
+                                                           monkeypatch, one_thread):
+    """EMA normalisation and the adaptive baseline keep running statistics: they travel in
+    the checkpoint, so a crash at step 2 and a resume equal an uninterrupted run."""
+    overrides = tiny_overrides + STATEFUL + ["steps=3", "advantage=adaptive_baseline",
+                                             "algorithm.advantage.normalize=ema",
+                                             "algorithm.advantage.momentum=0.5"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    from rookworld import engine as engine_mod
+    real_score = engine_mod.GRPOEngine.score
+
+    def varied(self, rows, texts, step):  # a random model's rewards all tie: spread them
+        rewards, scored = real_score(self, rows, texts, step)
+        return rewards + torch.tensor([len(t) % 5 / 10 for t in texts]), scored
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "score", varied)
+    run(compose(overrides), whole)
+    rows = comparable(whole)
+    assert any("adv/running_mean/P" in r for r in rows)
+    assert any(r.get("adv/abs_mean", 0) > 0 for r in rows)  # the advantages are not all 0
+    real_update = engine_mod.GRPOEngine.update
+
+    def crash_at_2(self, batch, step):
+        if step == 2:
+            raise RuntimeError("simulated crash")
+        return real_update(self, batch, step)
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(compose(overrides), cut)
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    args = tiny_overrides + ["steps=3", f"resume={cut}"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    assert run(resumed, run_dir).outcome.status == "success"
+    assert_same_run(whole, cut)
