@@ -112,10 +112,15 @@ def validate(cfg: DictConfig) -> None:
     alpha = cfg.reference.sync_alpha
     if not isinstance(alpha, int | float) or not 0 < alpha <= 1:
         raise ConfigError(f"reference.sync_alpha must be in (0, 1], got {alpha!r}")
-    from .grpo import KL_ESTIMATOR_NAMES
+    from .grpo import FULL_ESTIMATORS, KL_ESTIMATOR_NAMES
     if cfg.algorithm.kl_estimator not in KL_ESTIMATOR_NAMES:
         raise ConfigError(f"algorithm.kl_estimator must be one of "
                           f"{', '.join(KL_ESTIMATOR_NAMES)}, got {cfg.algorithm.kl_estimator!r}")
+    watched = OmegaConf.select(cfg, "guard.kl.estimator", default=None)
+    if str(watched).startswith("full_") and cfg.algorithm.kl_estimator not in FULL_ESTIMATORS:
+        raise ConfigError(f"guard.kl.estimator={watched} needs both models' logits, which only "
+                          "a full KL penalty computes: set algorithm.kl_estimator to full_forward, "
+                          "full_reverse or full_symmetric, or watch k1, k2 or k3")
     ni = cfg.algorithm.num_iterations
     if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
         raise ConfigError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")

@@ -193,7 +193,8 @@ class GRPOEngine:
     """policy: `model.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
     curriculum stage); advantage/loss: `grpo.GroupAdvantage`/`grpo.PolicyLoss`;
     kl: a `kl.*` schedule; optim: `lr.AdamWSpec`; sampling: per-task settings;
-    kl_estimator: k1|k2|k3|full, the estimator inside the loss; entropy_coef:
+    kl_estimator: k1|k2|k3|full_forward|full_reverse|full_symmetric (full = full_forward),
+    the estimator inside the loss; entropy_coef:
     bonus weight (entropy is measured and logged either way); zero_variance: keep
     or drop groups whose rewards are all equal; micro_batch: rows per forward/backward
     chunk of the update and the reference pass (0 = all at once; "auto": the update's
@@ -446,10 +447,9 @@ class GRPOEngine:
             for name in ("k1", "k2", "k3"):
                 parts[f"kl/{name}"] = grpo.token_mean(
                     grpo.masked_kl(name, logp.detach(), ref_lp, mask), mask)
-            if beta > 0 or self.kl_estimator == "full":
-                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp, mask)
-                if self.kl_estimator == "full":
-                    parts["kl/full"] = grpo.token_mean(kl_tok.detach(), mask)
+            full = self.kl_estimator in grpo.FULL_ESTIMATORS
+            if beta > 0 or full:
+                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp, mask, parts)
             if beta > 0:
                 kl_term = agg(kl_tok, mask)
                 parts["loss/kl"] = kl_term.detach() * beta
@@ -457,14 +457,26 @@ class GRPOEngine:
         parts.update({f"policy/{k}": v.detach() for k, v in stats.items()})
         return total, parts
 
-    def _kl_tokens(self, b, rows, logits, logp, ref_lp, mask):
-        if self.kl_estimator != "full":
+    def _kl_tokens(self, b, rows, logits, logp, ref_lp, mask, parts: dict):
+        """Per-token KL of the penalty; a full_* estimator also logs every direction
+        (kl/full_forward, kl/full_reverse, kl/full_symmetric) for the guard to watch."""
+        if self.kl_estimator not in grpo.FULL_ESTIMATORS:
             return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
         r = b.rollout
         with torch.no_grad():
             ref_logits = CompletionLogits(self.ref)(r.prompt_ids[rows], r.prompt_mask[rows],
                                                     r.completion_ids[rows])
-        return grpo.kl_full(logits, ref_logits / b.temperature[rows, None, None])
+        ref_logits = ref_logits / b.temperature[rows, None, None]
+        want = grpo.FULL_ESTIMATORS[self.kl_estimator]
+        kl_tok = grpo.kl_full(logits, ref_logits, want)
+        with torch.no_grad():
+            for d in grpo.KL_DIRECTIONS:
+                tok = kl_tok.detach() if d == want else grpo.kl_full(logits.detach(),
+                                                                     ref_logits, d)
+                parts[f"kl/full_{d}"] = grpo.token_mean(tok, mask)
+        if self.kl_estimator == "full":
+            parts["kl/full"] = parts["kl/full_forward"]
+        return kl_tok
 
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()

@@ -80,21 +80,41 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.exp(log_r) - log_r - 1.0
 
 
-def kl_full(logits: Tensor, ref_logits: Tensor) -> Tensor:
-    """Exact KL(pi || ref) = sum_v pi_v (log pi_v - log ref_v) per position:
-    logits [N, T, V], ref_logits [N, T, V] -> [N, T] float32.
+KL_DIRECTIONS = ("forward", "reverse", "symmetric")
+FULL_CHUNK_ELEMENTS = 1 << 22  # logits per chunk of kl_full's temporaries (16 MiB in float32)
 
-    Materialises several [N, T, V] float32 tensors: chunk over N for big vocabularies.
-    """
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    ref = torch.log_softmax(ref_logits.float(), dim=-1)
-    return (logp.exp() * (logp - ref)).sum(-1)
+
+def kl_full(logits: Tensor, ref_logits: Tensor, direction: str = "forward") -> Tensor:
+    """Exact KL per position over the whole vocabulary: logits [N, T, V], ref_logits
+    [N, T, V] -> [N, T] float32.
+      forward    KL(pi || ref) = sum_v pi_v (log pi_v - log ref_v)
+      reverse    KL(ref || pi) = sum_v ref_v (log ref_v - log pi_v)
+      symmetric  the mean of the two.
+    Both models' logits are inputs (two [N, T, V] tensors); the log-softmaxes and products
+    are taken over chunks of rows of about FULL_CHUNK_ELEMENTS logits, so the temporaries
+    do not grow with N x T x V."""
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(f"KL direction must be one of {KL_DIRECTIONS}, got {direction!r}")
+    n, t, v = logits.shape
+    rows = max(1, FULL_CHUNK_ELEMENTS // max(t * v, 1))
+    out = []
+    for i in range(0, n, rows):
+        logp = torch.log_softmax(logits[i:i + rows].float(), dim=-1)
+        ref = torch.log_softmax(ref_logits[i:i + rows].float(), dim=-1)
+        diff = logp - ref
+        fwd = (logp.exp() * diff).sum(-1) if direction != "reverse" else None
+        rev = (ref.exp() * -diff).sum(-1) if direction != "forward" else None
+        out.append(fwd if rev is None else rev if fwd is None else 0.5 * (fwd + rev))
+    return torch.cat(out) if out else logits.new_zeros((0, t))
 
 
 KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "k1": kl_k1, "k2": kl_k2, "k3": kl_k3,
 }
-KL_ESTIMATOR_NAMES = (*KL_ESTIMATORS, "full")  # "full" needs logits: the engine calls kl_full
+# full_<direction>: exact KL from both models' logits (the engine calls kl_full); "full" is
+# full_forward under its older name
+FULL_ESTIMATORS = {"full": "forward", **{f"full_{d}": d for d in KL_DIRECTIONS}}
+KL_ESTIMATOR_NAMES = (*KL_ESTIMATORS, *FULL_ESTIMATORS)
 
 
 def masked_kl(name: str, logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:

@@ -27,16 +27,21 @@ class Outcome:
             raise ValueError(f"unknown outcome {self.status!r}")
 
 
+GUARD_ESTIMATORS = ("k1", "k2", "k3", "full_forward", "full_reverse", "full_symmetric")
+
+
 class KLGuard:
     """Trips when mean(kl/<estimator>) over the last `window` steps exceeds `threshold`.
 
-    estimator: one of k1, k2, k3 (per-token, completion tokens only, measured every step);
+    estimator: k1, k2, k3 (per-token, completion tokens only, measured every step) or
+    full_forward, full_reverse, full_symmetric (logged when the penalty is a full_* one);
     threshold: nats per token; window: steps averaged (1 = any single step).
     """
 
     def __init__(self, estimator: str = "k3", threshold: float = 1.0, window: int = 5):
-        if estimator not in ("k1", "k2", "k3"):
-            raise ValueError(f"guard.kl.estimator must be k1, k2 or k3, got {estimator!r}")
+        if estimator not in GUARD_ESTIMATORS:
+            raise ValueError(f"guard.kl.estimator must be one of {', '.join(GUARD_ESTIMATORS)}, "
+                             f"got {estimator!r}")
         if not threshold > 0:
             raise ValueError(f"guard.kl.threshold must be > 0, got {threshold}")
         if window < 1:

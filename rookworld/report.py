@@ -50,7 +50,8 @@ SIGNAL = Panel("Groups without signal", "share of groups", (
     ("groups/zero_variance_share", "all rewards equal"),
     ("groups/identical_share", "identical completions")), share=True)
 KL = Panel("KL to the reference", "nats per token", (
-    ("kl/k1", "k1"), ("kl/k2", "k2"), ("kl/k3", "k3"), ("kl/full", "full")))
+    ("kl/k1", "k1"), ("kl/k2", "k2"), ("kl/k3", "k3"), ("kl/full_forward", "full forward"),
+    ("kl/full_reverse", "full reverse"), ("kl/full_symmetric", "full symmetric")))
 BETA = Panel("KL coefficient", "beta (kl/coef)", (("kl/coef", "beta"),))
 ENTROPY = Panel("Policy entropy (from the logits)", "nats per token", (
     ("policy/entropy", "entropy"),))

@@ -284,7 +284,8 @@ def test_keep_freed_heap_goes_through_glibc():
     assert out == [str(platform.libc_ver()[0] == "glibc")]
 
 
-@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "full"])
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "full", "full_reverse",
+                                       "full_symmetric"])
 def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, monkeypatch,
                                                               estimator):
     """Positions outside the loss mask (pads) get logits 1000x as large, so the policy's
@@ -314,3 +315,5 @@ def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, mo
     assert m["guard/nan_skipped"] == 0, m
     assert all(math.isfinite(v) for k, v in m.items() if k.startswith(("loss/", "kl/")))
     assert all(torch.isfinite(p).all() for p in engine.model.parameters())
+    if estimator.startswith("full"):  # every direction logged, for the guard to watch
+        assert {"kl/full_forward", "kl/full_reverse", "kl/full_symmetric"} <= set(m)

@@ -111,6 +111,30 @@ def test_kl_full_hand_and_vs_torch_distributions():
     assert torch.allclose(kl_full(a, a), torch.zeros(2, 3), atol=1e-6)
 
 
+def test_kl_full_reverse_and_symmetric_by_hand_and_in_chunks(monkeypatch):
+    # reverse: ref = [0.25, 0.75] against pi = [0.5, 0.5]: 0.25 ln 0.5 + 0.75 ln 1.5
+    pi, ref = torch.tensor([[[0.0, 0.0]]]), torch.log(torch.tensor([[[0.25, 0.75]]]))
+    reverse = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+    assert kl_full(pi, ref, "reverse").item() == pytest.approx(reverse, abs=1e-6)
+    assert kl_full(pi, ref, "symmetric").item() == pytest.approx(
+        0.5 * (0.5 * math.log(4 / 3) + reverse), abs=1e-6)
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(5, 3, 7, generator=g, requires_grad=True)
+    b = torch.randn(5, 3, 7, generator=g)
+    whole = {d: kl_full(a, b, d) for d in ("forward", "reverse", "symmetric")}
+    torch.testing.assert_close(whole["reverse"], kl_full(b, a))  # KL(ref || pi), swapped
+    from rookworld import grpo
+    monkeypatch.setattr(grpo, "FULL_CHUNK_ELEMENTS", 2 * 3 * 7)  # chunks of 2 rows
+    for d, want in whole.items():
+        got = kl_full(a, b, d)
+        torch.testing.assert_close(got, want)
+        (ga,) = torch.autograd.grad(got.sum(), a)
+        (wa,) = torch.autograd.grad(want.sum(), a, retain_graph=True)
+        torch.testing.assert_close(ga, wa)
+    with pytest.raises(ValueError, match="direction"):
+        kl_full(a, b, "sideways")
+
+
 # ---- aggregators -----------------------------------------------------------------------------
 
 X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 0.0, 0.0]])

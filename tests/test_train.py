@@ -57,6 +57,7 @@ BAD = [
     (["reference.enabled=false"], "reference.enabled"),
     (["zero_variance=sometimes"], "zero_variance"),
     (["algorithm.kl_estimator=k9"], "algorithm.kl_estimator"),
+    (["guard.kl.estimator=full_reverse"], "guard.kl.estimator=full_reverse needs both models"),
 ]
 
 
