@@ -32,7 +32,7 @@ from rookworld.sweeps.trial import (
     summarize,
     tag,
 )
-from rookworld.train import RunResult
+from rookworld.train import RunResult, build_parts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SEARCH = "hparams_search=grpo_stability"
@@ -62,6 +62,8 @@ def test_search_space_spans_lr_beta_entropy_and_group_size():
     for g in gens.choices:  # every choice divides the fixed batch and composes to a valid config
         assert g >= 2 and cfg.batch_size % g == 0
         validate(compose([SEARCH, f"num_generations={g}"]))
+    for a in dists["advantage"].choices:  # each advantage option composes and builds
+        build_parts(compose([SEARCH, f"advantage={a}"]))
 
 
 def test_study_storage_defaults_to_sqlite_under_multirun(tmp_path, monkeypatch):
