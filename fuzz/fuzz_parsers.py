@@ -4,6 +4,7 @@ contract on every input.
 
     python fuzz/fuzz_parsers.py --minutes 10            # plain mutation loop (no extra deps)
     python fuzz/fuzz_parsers.py --minutes 10 --atheris  # coverage-guided (pip install atheris)
+    python fuzz/fuzz_parsers.py --rewards 10000         # per reward: N hostile inputs, a table
 
 Contracts: parsers never raise; the loader returns consistent counts or raises
 ValueError("no usable rows"); rewards return a finite, deterministic score in their
@@ -150,6 +151,47 @@ def run_loop(minutes: float, seed: int) -> int:
     return 1 if crashes else 0
 
 
+def reward_table(n: int, seed: int, slow_ms: float = 50.0) -> int:
+    """Each reward on the same n hostile inputs (mutated completions and lines): exceptions,
+    scores outside its documented range, non-finite parts and the slowest call, as a
+    Markdown table (fuzz/README.md). Exit status 1 when any count is not 0 or a call took
+    more than slow_ms."""
+    samples = corpus()
+    lines = [s.prompt + s.completion for s in samples]
+    rewards = {"binary": BinaryReward(), "graduated": GraduatedReward(),
+               "continuous": ContinuousReward(), "engine": EngineReward(TablePool(samples)),
+               "curriculum": CurriculumReward(GraduatedReward(), BinaryReward(), 100).at(40)}
+    rng = random.Random(seed)
+    inputs = []
+    for _ in range(n):
+        sample = rng.choice(samples)
+        base = sample.completion if rng.random() < 0.6 else rng.choice(lines)
+        inputs.append((sample, mutate(base, rng, lines)))
+    rows, bad = [], False
+    for name, reward in rewards.items():
+        errors = outside = nonfinite = 0
+        slowest, low, high = 0.0, *reward.range
+        for sample, text in inputs:
+            t0 = time.perf_counter()
+            try:
+                got = reward(sample, text)
+            except Exception:  # noqa: BLE001 - counted, and the input saved
+                errors += 1
+                save_crash(f"reward-{name}", text)
+                continue
+            finally:
+                slowest = max(slowest, time.perf_counter() - t0)
+            outside += not low <= got.score <= high
+            nonfinite += not all(math.isfinite(v) for v in got.parts.values())
+        bad |= bool(errors or outside or nonfinite) or slowest * 1000 > slow_ms
+        rows.append(f"| {name} | {n:,} | {errors} | {outside} | {nonfinite} | "
+                    f"{slowest * 1000:.2f} |")
+    print("| reward | inputs | exceptions | outside range | non-finite parts | slowest call (ms) |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 1 if bad else 0
+
+
 def run_atheris(seed: int) -> None:  # pragma: no cover - optional, needs atheris
     import atheris
 
@@ -170,7 +212,11 @@ def main(argv=None) -> int:
     ap.add_argument("--minutes", type=float, default=1.0, help="how long the loop runs")
     ap.add_argument("--seed", type=int, default=0, help="mutation seed")
     ap.add_argument("--atheris", action="store_true", help="coverage-guided (needs atheris)")
+    ap.add_argument("--rewards", type=int, metavar="N", default=0,
+                    help="instead of the loop: each reward on N hostile inputs, as a table")
     args = ap.parse_args(argv)
+    if args.rewards:
+        return reward_table(args.rewards, args.seed)
     if args.atheris:
         run_atheris(args.seed)
         return 0

@@ -107,7 +107,7 @@ def test_same_seed_same_samples_and_losses_as_before(name, overrides):
         for key in ("logprobs", "ref_logprobs", "rewards"):
             assert torch.allclose(torch.tensor(g[key]), torch.tensor(w[key]), atol=2e-5), \
                 f"step {step}: {key}"
-        assert g["metrics"].keys() == w["metrics"].keys()
+        assert w["metrics"].keys() <= g["metrics"].keys()  # later metrics may be added
         for k, v in w["metrics"].items():
             if k == "loss/kl_share":  # |kl| / (|policy| + |kl|): loss/policy is ~1e-8 rounding
                 continue              # noise here (advantages sum to 0), so the share is too
