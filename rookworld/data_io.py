@@ -14,7 +14,9 @@ from .data.loaders import load_samples
 def read_samples(source: str, on_defect: str = "drop", report: dict | None = None) -> list[Sample]:
     """Load and validate a split (JSON lines, RookWorld text, HF dataset); defects are
     counted, printed when present, and stored in `report[source]`."""
-    if not str(source).count("/") == 1 and not Path(source).exists():
+    s = str(source)
+    hub_id = s.count("/") == 1 and not s.startswith(("/", ".", "~"))  # owner/name
+    if not hub_id and not Path(s).expanduser().exists():
         raise ConfigError(f"data source {source} does not exist")
     try:
         res = load_samples(str(source), on_defect=on_defect)
@@ -29,8 +31,13 @@ def read_samples(source: str, on_defect: str = "drop", report: dict | None = Non
 
 def load_data(cfg, parts, run_dir: Path) -> tuple[dict[str, list[Sample]], list[Sample]]:
     report: dict = {}
-    train = read_samples(cfg.data.train, cfg.data.on_defect, report)
-    held_out = read_samples(cfg.data.eval, cfg.data.on_defect, report)
+    splits = []
+    for key in ("train", "eval"):
+        try:
+            splits.append(read_samples(cfg.data[key], cfg.data.on_defect, report))
+        except ConfigError as e:  # name the setting, not only the path
+            raise ConfigError(f"data.{key}={cfg.data[key]}: {e}") from e
+    train, held_out = splits
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
     needed = set()
     for step in range(cfg.steps):

@@ -359,7 +359,10 @@ def test_weights_blown_up_by_a_huge_lr_end_as_a_nan_failure(tiny_overrides, tmp_
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("data.train={tmp}", "rookworld: data source {tmp}: not a data file, nor a dataset folder"),
+    ("data.train={tmp}", "rookworld: data.train={tmp}: data source {tmp}: not a data file, "
+                         "nor a dataset folder"),
+    ("data.train=/nonexistent.jsonl", "rookworld: data.train=/nonexistent.jsonl: data source "
+                                      "/nonexistent.jsonl does not exist"),
     ("hydra.run.dir=/proc/x/run", "rookworld: hydra.run.dir=/proc/x/run: cannot create that "
                                   "directory"),
     ("sampler.top_p=0", "rookworld: cannot build rookworld.sampling.per_task_settings: "
