@@ -378,3 +378,28 @@ def test_a_sweep_run_twice_holds_distinct_points(tiny_overrides, tmp_path):
     points = {tuple(sorted((k, v) for k, v in t.params.items() if k != "sweep.trial"))
               for t in trials}
     assert len(trials) == 6 and len(points) == 6
+
+
+def test_a_trial_whose_heartbeat_stops_is_failed_and_a_beating_one_is_not(tmp_path,
+                                                                          monkeypatch):
+    """The shared-server path (heartbeats), run here on SQLite: a job's Heartbeat keeps its
+    trial alive; a trial whose job died goes FAIL with its reason at the next sweep start."""
+    import time
+
+    from rookworld.sweeps import trial as trial_mod
+    from rookworld.sweeps.callbacks import STALE_REASON, fail_stale_trials
+    from rookworld.sweeps.trial import Heartbeat
+    monkeypatch.setattr(trial_mod, "HEARTBEAT_S", 0.2)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    alive, dead = _running(study, 1e-3), _running(study, 1e-4)
+    tag(None, alive)
+    tag(None, dead)
+    with Heartbeat(StudyRef(url, "s"), OmegaConf.create({"sweep": {"trial": dead.number}})):
+        pass  # the dead trial's job beat once, then its process "died"
+    with Heartbeat(StudyRef(url, "s"), OmegaConf.create({"sweep": {"trial": alive.number}})):
+        time.sleep(2.0)  # the live one keeps beating past the grace period below
+        assert fail_stale_trials(url, "s", only_silent=True, grace_s=1) == [dead.number]
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL"]
+    assert trials[1].user_attrs["reason"] == STALE_REASON

@@ -1,15 +1,14 @@
 """Hydra callbacks for Optuna sweeps (registered under hydra.callbacks by hparams_search).
 
 A trial whose process was killed (SIGKILL, OOM, a lost node) never reports back, so the
-study keeps it RUNNING forever. On a rerun of the same sweep command,
-`FailStaleTrials.on_multirun_start` marks such trials FAIL, with the reason in the trial's
-`fail_reason` system attribute (Optuna's own key for trials failed by its heartbeat) and in
-its `reason` user attribute, before the sweeper asks for new trials.
-
-Only for SQLite storage, which serves one sweep process at a time (README): there a RUNNING
-trial at start-up can only be a dead one. On a shared server (PostgreSQL) other workers'
-trials are RUNNING while they work, so nothing is touched there; a dead worker's trial stays
-RUNNING and `rookworld.sweeps.report` lists it as such.
+study would keep it RUNNING forever. `FailStaleTrials.on_multirun_start` (every start of
+the sweep command, by any worker) marks dead trials FAIL, with the reason in the trial's
+`fail_reason` system attribute and its `reason` user attribute, before new trials are asked:
+  SQLite, which serves one sweep process at a time (README): every RUNNING trial, since
+    none can be alive at start-up;
+  a shared server (PostgreSQL): the RUNNING trials whose heartbeat stopped. A trial's job
+    records a heartbeat every HEARTBEAT_S seconds (rookworld.sweeps.trial); one silent for
+    GRACE_S seconds belongs to a dead worker, while live workers' trials are left alone.
 """
 
 from __future__ import annotations
@@ -18,31 +17,41 @@ import optuna
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, flag_override
 
-from .storage import open_storage
+from .storage import GRACE_S, open_storage
 
 STALE_REASON = ("its process ended without reporting a result (killed or crashed hard); "
                 "marked FAIL when the sweep was run again")
 
 
-def fail_stale_trials(url: str, study_name: str) -> list[int]:
-    """Mark every RUNNING trial of `study_name` in SQLite storage `url` FAIL; returns their
-    numbers (nothing for other storage, or when the study does not exist yet)."""
-    if not url.startswith("sqlite"):
-        return []
-    storage = open_storage(url)
+def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None,
+                      grace_s: int = GRACE_S) -> list[int]:
+    """Mark the dead RUNNING trials of `study_name` FAIL; returns their numbers (nothing
+    when the study does not exist yet). only_silent: only trials whose heartbeat is older
+    than grace_s (default: on for every storage but SQLite)."""
+    storage = open_storage(url, grace_s=grace_s)
     try:
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError:
+        storage.engine.dispose()
         return []
+    if only_silent is None:
+        only_silent = not url.startswith("sqlite")
     failed = []
     try:
-        for t in storage.get_all_trials(study_id, deepcopy=False,
-                                        states=(optuna.trial.TrialState.RUNNING,)):
-            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-            storage.set_trial_system_attr(trial_id, "fail_reason", STALE_REASON)
-            storage.set_trial_user_attr(trial_id, "reason", STALE_REASON)
-            if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
-                failed.append(t.number)
+        if only_silent:  # the same query Optuna's own fail_stale_trials makes
+            ids = storage._get_stale_trial_ids(study_id)
+        else:
+            ids = [storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+                   for t in storage.get_all_trials(study_id, deepcopy=False,
+                                                   states=(optuna.trial.TrialState.RUNNING,))]
+        for trial_id in ids:
+            try:
+                storage.set_trial_system_attr(trial_id, "fail_reason", STALE_REASON)
+                storage.set_trial_user_attr(trial_id, "reason", STALE_REASON)
+                if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
+                    failed.append(storage.get_trial_number_from_id(trial_id))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # another worker failed (or its job finished) it meanwhile
     finally:
         storage.engine.dispose()
     return failed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -12,19 +13,26 @@ import sqlalchemy.exc
 from omegaconf import OmegaConf
 
 SQLITE_TIMEOUT_S = 60  # how long a SQLite writer waits for a lock held by a parallel job
+HEARTBEAT_S = 30  # a running trial's job records a heartbeat this often
+GRACE_S = 180  # a RUNNING trial whose last heartbeat is older than this is dead
 CREATE_RETRIES = 5  # attempts at creating Optuna's tables when workers race to do it
 # What a lost race to create the tables raises (PostgreSQL: duplicate pg_type row or table).
 _RACE = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,
          optuna.exceptions.StorageInternalError)
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An RDB storage for `url` (tables created if missing); SQLite waits for locks
-    instead of failing at once."""
+def open_storage(url: str, grace_s: int = GRACE_S) -> optuna.storages.RDBStorage:
+    """An RDB storage for `url` (tables created if missing) with Optuna's heartbeat on
+    (interval HEARTBEAT_S, grace period grace_s); SQLite waits for locks instead of
+    failing at once."""
     kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
     for attempt in range(CREATE_RETRIES):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            with warnings.catch_warnings():  # the heartbeat is an "experimental" Optuna argument
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                                  heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=grace_s)
         except _RACE:
             if attempt == CREATE_RETRIES - 1:
                 raise

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..checkpoint import atomic_write_text
 from ..guards import OUTCOMES
-from .storage import open_storage
+from .storage import HEARTBEAT_S, open_storage
 
 TRIAL_KEY = "sweep.trial"  # the fixed parameter carrying the Optuna trial number into the job
 
@@ -148,6 +149,47 @@ def find_trial_id(storage: optuna.storages.RDBStorage, study_id: int, cfg: DictC
     return storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
 
 
+class Heartbeat:
+    """While the job runs, record its trial's heartbeat every HEARTBEAT_S seconds (a daemon
+    thread with its own connection), so that a worker that dies leaves a trial the next
+    sweep start can tell from a live one (rookworld.sweeps.callbacks)."""
+
+    def __init__(self, study: StudyRef | None, cfg: DictConfig):
+        self.study, self.cfg = study, cfg
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> Heartbeat:
+        if self.study is None:
+            return self
+        try:
+            storage = open_storage(self.study.storage)
+            trial_id = find_trial_id(
+                storage, storage.get_study_id_from_name(self.study.study_name), self.cfg)
+            storage.record_heartbeat(trial_id)
+        except Exception as e:  # noqa: BLE001 - a job runs without a heartbeat rather than not at all
+            print(f"[rookworld] no heartbeat for this trial ({type(e).__name__}: {e})",
+                  flush=True)
+            return self
+
+        def beat() -> None:
+            while not self.stop.wait(HEARTBEAT_S):
+                try:
+                    storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001,S112 - a missed beat; the next one retries
+                    continue
+            storage.engine.dispose()
+
+        self.thread = threading.Thread(target=beat, name="trial-heartbeat", daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+
+
 def record(study: StudyRef, cfg: DictConfig, attrs: dict) -> None:
     """Set attrs as user attributes on this job's RUNNING trial."""
     storage = open_storage(study.storage)
@@ -169,10 +211,11 @@ def run_trial(cfg: DictConfig, out_dir: Path, run_fn: Callable,
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"sweep.replicas must be an integer >= 1, got {n!r}")
     replicas = []
-    for i in range(n):
-        rcfg = replica_config(cfg, i, study)
-        replicas.append(run_replica(rcfg, out_dir if n == 1 else out_dir / f"seed-{rcfg.seed}",
-                                    run_fn))
+    with Heartbeat(study, cfg):
+        for i in range(n):
+            rcfg = replica_config(cfg, i, study)
+            replicas.append(run_replica(
+                rcfg, out_dir if n == 1 else out_dir / f"seed-{rcfg.seed}", run_fn))
     attrs = {**summarize(replicas, float(cfg.sweep.failed_objective)), "run_dir": str(out_dir)}
     errors = [f"seed {r['seed']}: {r['reason']}" for r in replicas if r["status"] == "error"]
     if errors:
