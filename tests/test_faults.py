@@ -541,6 +541,48 @@ def test_sweep_killed_mid_trial_then_rerun_resumes_the_study(tiny_overrides, tmp
     assert killed.system_attrs["fail_reason"] == killed.user_attrs["reason"]
 
 
+def _children(pid: int) -> set[int]:
+    """The pids of pid's descendants (from /proc)."""
+    kids = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return kids | {g for k in kids for g in _children(k)}
+
+
+@pytest.mark.slow
+def test_killing_a_joblib_sweep_stops_its_workers(tiny_overrides, tmp_path):
+    """SIGKILL to the driver of a 2-worker joblib sweep: its loky workers end within
+    seconds instead of training on for minutes, and a rerun fails their trials."""
+    args = SEARCH + tiny_overrides + ["steps=30", "hydra.sweeper.n_trials=2",
+                                      "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                                      "hydra.sweeper.n_jobs=2"]
+    p = _train(args, tmp_path)
+    trial = tmp_path / "multirun" / "grpo_stability" / "trial-0"
+    deadline = time.monotonic() + 300
+    while _done_steps(trial) < 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    workers = _children(p.pid)
+    assert workers, "the joblib launcher started no worker process"
+    p.kill()
+    p.wait()
+    def running(pid: int) -> bool:  # a zombie has ended; only its parent has not reaped it
+        try:
+            return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(running(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    alive = [w for w in workers if running(w)]
+    for w in alive:  # do not leave them behind if the test fails
+        os.kill(w, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived the sweep process by 30 s"
+
+
 def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
         tiny_overrides, tmp_path):
     holder = subprocess.Popen(

@@ -403,3 +403,19 @@ def test_a_trial_whose_heartbeat_stops_is_failed_and_a_beating_one_is_not(tmp_pa
     trials = optuna.load_study(study_name="s", storage=url).trials
     assert [t.state.name for t in trials] == ["RUNNING", "FAIL"]
     assert trials[1].user_attrs["reason"] == STALE_REASON
+
+
+def test_a_dead_trial_whose_job_recorded_its_result_is_completed_with_it(tmp_path):
+    from rookworld.sweeps.callbacks import fail_stale_trials
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    finished, dead, failed = (_running(study, lr) for lr in (1e-3, 1e-4, 1e-5))
+    for t in (finished, dead, failed):
+        tag(None, t)
+    finished.set_user_attr("objective", 0.25)  # recorded by its job before the driver died
+    failed.set_user_attr("objective", -1.0)
+    failed.set_user_attr("reason", "seed 0: ConfigError: bad")
+    assert fail_stale_trials(url, "s") == [dead.number, failed.number]
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.25), ("FAIL", None),
+                                                         ("FAIL", None)]

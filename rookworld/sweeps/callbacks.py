@@ -9,6 +9,8 @@ the sweep command, by any worker) marks dead trials FAIL, with the reason in the
   a shared server (PostgreSQL): the RUNNING trials whose heartbeat stopped. A trial's job
     records a heartbeat every HEARTBEAT_S seconds (rookworld.sweeps.trial); one silent for
     GRACE_S seconds belongs to a dead worker, while live workers' trials are left alone.
+A dead trial whose job did finish and record its result (its objective user attribute,
+without a failure reason) is completed with that objective instead.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
                                                    states=(optuna.trial.TrialState.RUNNING,))]
         for trial_id in ids:
             try:
+                done = storage.get_trial(trial_id).user_attrs
+                if "objective" in done and not done.get("reason"):
+                    # its job finished and recorded its result, but the sweep process that
+                    # would have reported it to Optuna was gone: the result counts
+                    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.COMPLETE,
+                                                   [float(done["objective"])])
+                    continue
                 storage.set_trial_system_attr(trial_id, "fail_reason", STALE_REASON)
                 storage.set_trial_user_attr(trial_id, "reason", STALE_REASON)
                 if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):

@@ -149,6 +149,35 @@ def find_trial_id(storage: optuna.storages.RDBStorage, study_id: int, cfg: DictC
     return storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
 
 
+_WATCHING = False  # a worker runs many jobs; one watcher thread is enough
+
+
+def exit_with_parent() -> None:
+    """In a job run by a worker process of the sweep (the joblib launcher's loky workers),
+    end this process when that parent dies: a killed sweep driver must not leave workers
+    training for minutes on trials nobody will record (their trials stay RUNNING and the
+    next start of the sweep fails them). Jobs in the driver's own process (the basic
+    launcher) or started by submitit are not children of this kind and keep running."""
+    import multiprocessing
+    import os
+    import time
+
+    global _WATCHING
+    parent = multiprocessing.parent_process()
+    if parent is None or _WATCHING:
+        return
+    _WATCHING = True
+    ppid = os.getppid()
+
+    def watch() -> None:  # polled: loky's parent sentinel does not report the parent's death
+        while os.getppid() == ppid:
+            time.sleep(1.0)
+        print(f"[rookworld] the sweep process {ppid} ended; this worker stops", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 class Heartbeat:
     """While the job runs, record its trial's heartbeat every HEARTBEAT_S seconds (a daemon
     thread with its own connection), so that a worker that dies leaves a trial the next
@@ -210,6 +239,7 @@ def run_trial(cfg: DictConfig, out_dir: Path, run_fn: Callable,
     n = cfg.sweep.replicas
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"sweep.replicas must be an integer >= 1, got {n!r}")
+    exit_with_parent()
     replicas = []
     with Heartbeat(study, cfg):
         for i in range(n):
