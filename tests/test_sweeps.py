@@ -48,7 +48,8 @@ def _sweeper_cfg():
 def test_search_space_spans_lr_beta_entropy_and_group_size():
     cfg = _sweeper_cfg()
     sw = cfg.hydra.sweeper
-    assert sw.direction == "maximize" and sw.sampler._target_ == "optuna.samplers.TPESampler"
+    assert sw.direction == "maximize"
+    assert sw.sampler._target_ == "rookworld.sweeps.callbacks.continuing_tpe"
     assert sw.sampler.seed is not None and sw.max_failure_rate == 1.0
     assert sw.custom_search_space == "rookworld.sweeps.trial.tag"
     assert cfg.sweep.objective == "eval/reward" and cfg.kl._target_ == "rookworld.kl.FixedKL"
@@ -348,22 +349,21 @@ def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
     assert len({t.user_attrs["run_dir"] for t in trials}) == n_trials * workers
 
 
-def test_a_rerun_moves_the_sampler_seed_on_by_the_trials_held(tmp_path):
-    from omegaconf import OmegaConf
+def test_a_rerun_moves_the_sampler_seed_on_by_the_trials_held(tmp_path, monkeypatch):
+    from hydra.core.hydra_config import HydraConfig
 
-    from rookworld.sweeps.callbacks import ContinueSampling
+    from rookworld.sweeps.callbacks import continuing_tpe
     url = f"sqlite:///{tmp_path}/optuna.db"
-    cfg = OmegaConf.create({"hydra": {"sweeper": {"storage": url, "study_name": "s",
-                                                  "sampler": {"seed": 5}}}})
-    OmegaConf.set_readonly(cfg, True)
-    ContinueSampling().on_multirun_start(cfg)  # no study yet: the configured seed
-    assert cfg.hydra.sweeper.sampler.seed == 5
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: OmegaConf.create(
+        {"sweeper": {"storage": url, "study_name": "s"}})))
+    assert continuing_tpe(seed=5)._rng.rng.randint(1 << 30) == \
+        optuna.samplers.TPESampler(seed=5)._rng.rng.randint(1 << 30)  # no study yet
     study = optuna.create_study(study_name="s", storage=url)
     for x in (0.1, 0.2):
         study.add_trial(optuna.trial.create_trial(
             params={"x": x}, distributions={"x": FloatDistribution(0, 1)}, value=x))
-    ContinueSampling().on_multirun_start(cfg)
-    assert cfg.hydra.sweeper.sampler.seed == 7
+    assert continuing_tpe(seed=5)._rng.rng.randint(1 << 30) == \
+        optuna.samplers.TPESampler(seed=7)._rng.rng.randint(1 << 30)
 
 
 @pytest.mark.slow

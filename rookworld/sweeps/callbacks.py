@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import optuna
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, flag_override
+from omegaconf import DictConfig
 
 from .storage import GRACE_S, open_storage
 
@@ -92,22 +92,18 @@ def trial_count(url: str, study_name: str) -> int:
         storage.engine.dispose()
 
 
-class ContinueSampling(Callback):
-    """hydra.callbacks entry: a rerun of a sweep continues its study instead of repeating
-    it. The sampler's seed is the configured one plus the trials the study already holds,
-    so a rerun draws new start-up points (with a fixed seed, TPE's random start-up
-    trials came out the same at every rerun) while the same command on the same study
-    still proposes the same points."""
+def continuing_tpe(seed: int | None = None, **kwargs) -> optuna.samplers.TPESampler:
+    """hydra.sweeper.sampler._target_: Optuna's TPE sampler whose seed is the configured one
+    plus the trials the study already holds, so a rerun of a sweep draws new start-up points
+    (with a fixed seed, TPE's random start-up trials came out the same at every rerun),
+    while a fresh study gets the same trials for the same command. The config itself is
+    left as written (Hydra requires every job's sweeper config to equal the driver's)."""
+    from hydra.core.hydra_config import HydraConfig
 
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        sweeper = config.hydra.sweeper
-        url, name = sweeper.get("storage"), sweeper.get("study_name")
-        sampler = sweeper.get("sampler") or {}
-        if not url or not name or sampler.get("seed") is None:
-            return
-        done = trial_count(str(url), str(name))
-        if done:
-            with flag_override(sampler, ["readonly", "struct"], [False, False]):
-                sampler.seed = int(sampler.seed) + done
-            print(f"[rookworld] study {name} holds {done} trials: sampler seed "
-                  f"{sampler.seed} for this run's new ones")
+    sweeper = HydraConfig.get().sweeper
+    url, name = sweeper.get("storage"), sweeper.get("study_name")
+    held = trial_count(str(url), str(name)) if seed is not None and url and name else 0
+    if held:
+        print(f"[rookworld] study {name} holds {held} trials: sampler seed {seed + held} for "
+              "this run's new ones")
+    return optuna.samplers.TPESampler(seed=None if seed is None else seed + held, **kwargs)
