@@ -89,7 +89,8 @@ def _stages(stages: list[dict]) -> str:
     for s in stages:
         parts.append(f"{s['stage']}. From {s.get('start', 'random weights')}: {s['steps']} steps, {s['samples']:,} samples, "
                      f"{s['minutes']:.1f} training minutes on {s.get('host') or 'a CPU'}, "
-                     f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} threads:\n\n"
+                     f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} "
+                     f"thread{'' if s.get('threads') == 1 else 's'}:\n\n"
                      f"       {s['command']}")
     return "\n\n".join(parts)
 
