@@ -21,6 +21,7 @@ import os
 import pickle
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -293,3 +294,38 @@ class MetricsFile:
         """Keep only rows of steps before next_step (used on resume), atomically."""
         keep = [r for r in self.read() if r.get("step", -1) < next_step]
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def fold_into(new_dir: Path, run_dir: Path) -> None:
+    """A resume writes into the run it continues: the directory Hydra made for the
+    resuming command (holding only its .hydra/ record) moves into the run as
+    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume."""
+    new_dir = new_dir.resolve()
+    if new_dir == run_dir.resolve() or not new_dir.is_dir() \
+            or {p.name for p in new_dir.iterdir()} - {".hydra"}:
+        return
+    dest = run_dir / ".hydra-resumes" / new_dir.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if (new_dir / ".hydra").is_dir() and not dest.exists():
+        os.replace(new_dir / ".hydra", dest)
+    import logging
+    for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:
+            h.close()
+            h.baseFilename = str(run_dir / Path(h.baseFilename).name)
+    shutil.rmtree(new_dir, ignore_errors=True)
+
+
+def make_output_dirs(argv: list[str]) -> None:
+    """Create a run or sweep directory named on the command line before Hydra does, so
+    that one that cannot be made ends in a line naming the setting, not a traceback
+    from inside Hydra."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value \
+                and "${" not in value:
+            try:
+                Path(value).expanduser().mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                sys.exit(f"rookworld: {key}={value}: cannot create that directory "
+                         f"({e.strerror or e}); pick a writable place")

@@ -29,8 +29,10 @@ from .checkpoint import (
     RunLock,
     atomic_write_text,
     ensure_writable,
+    fold_into,
     latest_checkpoint,
     load_checkpoint,
+    make_output_dirs,
     save_checkpoint,
 )
 from .config import (
@@ -331,27 +333,6 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
     return old, run_dir
 
 
-def _fold_into(new_dir: Path, run_dir: Path) -> None:
-    """A resume writes into the run it continues: the directory Hydra made for the
-    resuming command (holding only its .hydra/ record) moves into the run as
-    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume."""
-    new_dir = new_dir.resolve()
-    if new_dir == run_dir.resolve() or not new_dir.is_dir() \
-            or {p.name for p in new_dir.iterdir()} - {".hydra"}:
-        return
-    dest = run_dir / ".hydra-resumes" / new_dir.name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if (new_dir / ".hydra").is_dir() and not dest.exists():
-        os.replace(new_dir / ".hydra", dest)
-    import logging
-    import shutil
-    for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
-        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:
-            h.close()
-            h.baseFilename = str(run_dir / Path(h.baseFilename).name)
-    shutil.rmtree(new_dir, ignore_errors=True)
-
-
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:
     """outcome.json of a run that already succeeded through `steps` steps, else None."""
     try:
@@ -385,7 +366,7 @@ def main(cfg: DictConfig) -> float:
         print(f"[rookworld] warning: {warning}", flush=True)
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     if resumed_dir:
-        _fold_into(Path(hc.runtime.output_dir), resumed_dir)
+        fold_into(Path(hc.runtime.output_dir), resumed_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
         # imported here: Optuna and SQLAlchemy take 15 MB that a single run does not need
@@ -408,22 +389,7 @@ def main(cfg: DictConfig) -> float:
     return result.objective
 
 
-def _check_output_dirs(argv: list[str]) -> None:
-    """Create a run or sweep directory named on the command line before Hydra does, so
-    that one that cannot be made ends in a line naming the setting, not a traceback
-    from inside Hydra."""
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value \
-                and "${" not in value:
-            try:
-                Path(value).expanduser().mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                sys.exit(f"rookworld: {key}={value}: cannot create that directory "
-                         f"({e.strerror or e}); pick a writable place")
-
-
 if __name__ == "__main__":
     check_argv(sys.argv[1:])
-    _check_output_dirs(sys.argv[1:])
+    make_output_dirs(sys.argv[1:])
     main()

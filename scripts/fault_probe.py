@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_faults import CORRUPTIONS  # noqa: E402 - the damage kinds the tests inject
+from test_faults import CORRUPTIONS, children, running  # noqa: E402 - the tests' damage kinds
 
 from rookworld.checkpoint import MetricsFile, latest_checkpoint  # noqa: E402
 
@@ -153,23 +153,6 @@ def joblib_kill(tmp: Path) -> str:
         os.kill(w, signal.SIGKILL)
     return (f"{len(workers)} worker processes; {len(workers) - len(left)} ended "
             f"{time.monotonic() - t0:.1f} s after the driver's SIGKILL, {len(left)} left")
-
-
-def children(pid: int) -> set[int]:
-    kids = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            kids |= {int(c) for c in (task / "children").read_text().split()}
-        except OSError:
-            pass
-    return kids | {g for k in kids for g in children(k)}
-
-
-def running(pid: int) -> bool:
-    try:
-        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
 
 
 def main(argv=None) -> int:

@@ -179,6 +179,23 @@ def test_metrics_file_skips_a_torn_last_line_and_truncates_atomically(tmp_path):
 
 # ----------------------------------------------------------- resume, in process
 
+def crash_at(monkeypatch, step: int, start) -> None:
+    """start() raises a simulated crash in the update of `step`, after the checkpoints
+    before it; the real update is back afterwards."""
+    from rookworld import engine as engine_mod
+    real_update = engine_mod.GRPOEngine.update
+
+    def crashing(self, batch, s):
+        if s == step:
+            raise RuntimeError("simulated crash")
+        return real_update(self, batch, s)
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crashing)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        start()
+    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+
+
 def _save_run_config(cfg, run_dir: Path) -> None:
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
@@ -205,18 +222,7 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
 
     cfg = compose(overrides)
     _save_run_config(cfg, broken)
-    from rookworld import engine as engine_mod
-    real_update = engine_mod.GRPOEngine.update
-
-    def crash_at_3(self, batch, step):
-        if step == 3:
-            raise RuntimeError("simulated crash")
-        return real_update(self, batch, step)
-
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_3)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run(cfg, broken)
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    crash_at(monkeypatch, 3, lambda: run(cfg, broken))
     assert latest_checkpoint(broken).name == "step-000002"
 
     args = tiny_overrides + ["steps=4", f"resume={broken}", "logger=console"]
@@ -541,7 +547,7 @@ def test_sweep_killed_mid_trial_then_rerun_resumes_the_study(tiny_overrides, tmp
     assert killed.system_attrs["fail_reason"] == killed.user_attrs["reason"]
 
 
-def _children(pid: int) -> set[int]:
+def children(pid: int) -> set[int]:
     """The pids of pid's descendants (from /proc)."""
     kids = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -549,7 +555,15 @@ def _children(pid: int) -> set[int]:
             kids |= {int(c) for c in (task / "children").read_text().split()}
         except OSError:
             pass
-    return kids | {g for k in kids for g in _children(k)}
+    return kids | {g for k in kids for g in children(k)}
+
+
+def running(pid: int) -> bool:
+    """Whether pid runs (a zombie has ended; only its parent has not reaped it)."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
@@ -564,16 +578,10 @@ def test_killing_a_joblib_sweep_stops_its_workers(tiny_overrides, tmp_path):
     deadline = time.monotonic() + 300
     while _done_steps(trial) < 1 and time.monotonic() < deadline:
         time.sleep(0.5)
-    workers = _children(p.pid)
+    workers = children(p.pid)
     assert workers, "the joblib launcher started no worker process"
     p.kill()
     p.wait()
-    def running(pid: int) -> bool:  # a zombie has ended; only its parent has not reaped it
-        try:
-            return "zombie" not in Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            return False
-
     deadline = time.monotonic() + 30
     while any(running(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -611,18 +619,7 @@ def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
     monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "onednn")
     run(compose(tiny_overrides + STATEFUL + ["steps=3"]), tmp_path / "whole")
     cut = tmp_path / "cut"
-    from rookworld import engine as engine_mod
-    real_update = engine_mod.GRPOEngine.update
-
-    def crash_at_2(self, batch, step):
-        if step == 2:
-            raise RuntimeError("simulated crash")
-        return real_update(self, batch, step)
-
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_2)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run(compose(tiny_overrides + STATEFUL + ["steps=3"]), cut)
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    crash_at(monkeypatch, 2, lambda: run(compose(tiny_overrides + STATEFUL + ["steps=3"]), cut))
     # the same config resumed where `auto` or the environment now means another library
     monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "mkl")
     args = tiny_overrides + ["steps=3", f"resume={cut}"]
@@ -652,17 +649,7 @@ def test_resume_is_exact_with_running_advantage_statistics(tiny_overrides, tmp_p
     rows = comparable(whole)
     assert any("adv/running_mean/P" in r for r in rows)
     assert any(r.get("adv/abs_mean", 0) > 0 for r in rows)  # the advantages are not all 0
-    real_update = engine_mod.GRPOEngine.update
-
-    def crash_at_2(self, batch, step):
-        if step == 2:
-            raise RuntimeError("simulated crash")
-        return real_update(self, batch, step)
-
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", crash_at_2)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run(compose(overrides), cut)
-    monkeypatch.setattr(engine_mod.GRPOEngine, "update", real_update)
+    crash_at(monkeypatch, 2, lambda: run(compose(overrides), cut))
     args = tiny_overrides + ["steps=3", f"resume={cut}"]
     resumed, run_dir = resolve_resume(compose(args), args)
     assert run(resumed, run_dir).outcome.status == "success"

@@ -1,5 +1,5 @@
-"""Tracked text describes the project as it is: no diary words (sessions, the project's own
-work-item numbers), no Markdown link or cited repository path that leads nowhere."""
+"""Tracked text describes the project as it is: no diary words (names of work periods, the
+project's own ticket numbers), no Markdown link or cited repository path that leads nowhere."""
 
 import re
 import subprocess
@@ -9,8 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (".md", ".py", ".yaml", ".yml", ".c", ".h", ".sh", ".toml")
-# "session" as the pytest fixture scope is code, not a diary
-DIARY = re.compile(r"\bsessions?\b(?!\")|\bissues? #?\d+|\bwork[- ]items?\b", re.IGNORECASE)
+# the words are spelled in parts so that this file does not match itself; the pytest fixture
+# scope (a quoted word) is code, not a diary
+WORK_PERIOD, TICKET, ITEM = "sess" + "ions?", "iss" + "ues?", "work[- ]" + "items?"
+DIARY = re.compile(rf"\b{WORK_PERIOD}\b(?!\")|\b{TICKET} #?\d+|\b{ITEM}\b", re.IGNORECASE)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CITED = re.compile(r"\b(?:docs|benchmarks|experiments|rookworld|conf|tests|scripts|fuzz|\.ci)/"
                    r"[\w./-]+\.(?:md|py|yaml|json|png|c|txt|gz|jsonl|sh)\b")
@@ -28,7 +30,7 @@ def tracked_text() -> list[Path]:
 def diary_lines(path: Path) -> list[str]:
     return [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-            if DIARY.search(line) and path.name != "test_text.py"]
+            if DIARY.search(line)]
 
 
 def dead_references(path: Path) -> list[str]:
@@ -59,9 +61,9 @@ def test_every_link_and_cited_path_exists():
 def test_the_checks_catch_what_they_look_for(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     md = tmp_path / "a.md"
-    md.write_text("As of session 12 (issue 7): see [x](missing.md), [ok](a.md), "
+    md.write_text("As of " + "sess" + "ion 12 (" + "iss" + "ue 7): see [x](missing.md), [ok](a.md), "
                   "[web](https://example.org) and docs/none.md\n")
     assert len(diary_lines(md)) == 1
     assert dead_references(md) == ["a.md: link missing.md", "a.md: path docs/none.md"]
-    md.write_text('@pytest.fixture(scope="session")\n')
+    md.write_text('@pytest.fixture(scope="' + "sess" + 'ion")\n')
     assert diary_lines(md) == []
