@@ -39,12 +39,15 @@ def load_data(cfg, parts, run_dir: Path) -> tuple[dict[str, list[Sample]], list[
             raise ConfigError(f"data.{key}={cfg.data[key]}: {e}") from e
     train, held_out = splits
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
-    needed = set()
+    needed = {"task_mix": set()}
     for step in range(cfg.steps):
-        needed |= set(parts.task_mix.tasks(step))
-    empty = sorted(t for t in needed if not pools[t])
-    if empty:
-        raise ConfigError(f"task_mix needs task(s) {empty} but data.train has no such samples")
+        needed["task_mix"] |= set(parts.task_mix.tasks(step))
+    if parts.anchor.active:
+        needed["anchor.tasks"] = set(parts.anchor.tasks)
+    for who, tasks in needed.items():
+        empty = sorted(t for t in tasks if not pools[t])
+        if empty:
+            raise ConfigError(f"{who} needs task(s) {empty} but data.train has no such samples")
     overlap = {s.truth.fen for s in train} & {s.truth.fen for s in held_out}
     summary = {"train": {t: len(v) for t, v in pools.items()},
                "eval": {t: sum(s.task == t for s in held_out) for t in ("P", "A")},

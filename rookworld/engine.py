@@ -50,6 +50,7 @@ class Batch:
     metrics: dict = field(default_factory=dict)
     norm_tokens: float = 0.0     # loss-mask tokens of the whole step (all ranks)
     norm_rows: int = 0           # rows of the whole step (all ranks)
+    anchor: list[Sample] = field(default_factory=list)  # ground-truth samples of the anchor term
 
 
 def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) -> Rollout:
@@ -216,7 +217,8 @@ class GRPOEngine:
     MiB, and the update's first iteration differentiates it, running a third of the
     policy's forward instead of all of it (0 = always all of it; under DDP the ranks'
     gradients are then averaged by `DistContext.average_gradients`, as DDP's hooks only
-    follow its own forward).
+    follow its own forward); anchor: an `anchor.Anchor` whose cross-entropy on ground-truth
+    samples (`Batch.anchor`) each update adds (PPO-ptx), or None.
     """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
@@ -228,7 +230,7 @@ class GRPOEngine:
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
                  mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
-                 rollout_tape_mib: int = 256):
+                 rollout_tape_mib: int = 256, anchor=None):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -264,6 +266,7 @@ class GRPOEngine:
             [p for p in self.model.parameters() if p.requires_grad], total_steps)
         self.nan_lr_backoff = nan_lr_backoff
         self.tape_budget = rollout_tape_mib * 2**20
+        self.anchor = anchor if anchor is not None and anchor.active else None
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -510,6 +513,12 @@ class GRPOEngine:
                     total = self.dist.sum_floats({"total": total})["total"]
                     if it == 0:
                         agg = defaultdict(float, self.dist.sum_floats(agg))
+                if self.anchor and b.anchor:  # the same samples on every rank: same gradient
+                    ce = self.anchor.loss(self.policy, b.anchor, self.device)
+                    (self.anchor.coef * ce).backward()
+                    total += self.anchor.coef * float(ce.detach())
+                    if it == 0:
+                        agg["loss/anchor_ce"] = float(ce.detach())
                 grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
                 if not (math.isfinite(total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)

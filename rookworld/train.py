@@ -63,6 +63,7 @@ class Parts:
     optim: object
     sampling: dict
     task_mix: object
+    anchor: object
     kl_guard: KLGuard | None
     nan_guard: NaNGuard
     loggers: list = field(default_factory=list)
@@ -90,6 +91,7 @@ def build_parts(cfg: DictConfig) -> Parts:
                           "false; set reference.enabled=true or guard.kl=null")
     return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
+                 anchor=instantiate(cfg.anchor),
                  kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan),
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 
@@ -108,7 +110,8 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
         seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
         release_memory=cfg.release_memory, mmap_threshold_kib=cfg.mmap_threshold_kib,
-        recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib)
+        recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
+        anchor=p.anchor)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:
@@ -170,6 +173,8 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         except NonFiniteLogits as e:  # the last update blew the weights up
             return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
                             "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
+        if p.anchor.active:
+            batch.anchor = p.anchor.draw(pools, step, cfg.seed)
         m = batch.metrics | engine.update(batch, step)
         if cfg.eval_train_batch and main:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
