@@ -22,6 +22,7 @@ import pickle
 import random
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -86,14 +87,20 @@ class RunLock:
             self.fd = None
 
 
-def apply_umask(directory: Path) -> None:
-    """Give every file under directory the mode the user's umask asks for (0666 & ~umask):
-    safetensors writes its files 0600 whatever the umask."""
+def file_mode() -> int:
+    """The mode the user's umask gives a new file (0666 & ~umask)."""
     mask = os.umask(0)
     os.umask(mask)
+    return 0o666 & ~mask
+
+
+def apply_umask(directory: Path) -> None:
+    """Give every file under directory the mode the user's umask asks for: safetensors
+    (and mkstemp) write their files 0600 whatever the umask."""
+    mode = file_mode()
     for f in Path(directory).rglob("*"):
         if f.is_file():
-            os.chmod(f, 0o666 & ~mask)
+            os.chmod(f, mode)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -105,12 +112,20 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write text to path through a temporary file of its own (unique per writer, so that
+    writers racing on one path, such as torchrun's ranks, each replace it whole)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def rng_state() -> dict:

@@ -98,9 +98,9 @@ def redact_file(path: Path) -> bool:
     clean = redact(text)
     if clean == text:
         return False
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(clean)
-    os.replace(tmp, path)
+    from .checkpoint import atomic_write_text  # checkpoint imports this module
+
+    atomic_write_text(path, clean)
     return True
 
 

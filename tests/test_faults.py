@@ -27,6 +27,7 @@ from rookworld.checkpoint import (
     MANIFEST,
     CheckpointError,
     MetricsFile,
+    atomic_write_text,
     is_complete,
     latest_checkpoint,
     save_checkpoint,
@@ -109,6 +110,34 @@ def test_written_files_follow_the_users_umask(tiny_engine, tmp_path, umask):
     assert any(f.name == "model.safetensors" for f in files)
     assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} \
         == {f.name: oct(0o666 & ~umask) for f in files}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_writers_racing_on_one_file_each_replace_it_whole(tmp_path, umask):
+    """torchrun's ranks write the run's side files (run_config.yaml, data_report.json) at
+    the same moment: no writer may lose its temporary file to another."""
+    path, errors = tmp_path / "run_config.yaml", []
+    texts = [f"writer {i}\n" * 2000 for i in range(8)]
+
+    def write(text):
+        try:
+            for _ in range(50):
+                atomic_write_text(path, text)
+        except OSError as e:
+            errors.append(e)
+
+    old = os.umask(umask)
+    try:
+        threads = [threading.Thread(target=write, args=(t,)) for t in texts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        os.umask(old)
+    assert errors == []
+    assert path.read_text() in texts and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~umask)
 
 
 def test_resaving_a_step_after_resume_replaces_it_whole(tiny_engine, tmp_path):
