@@ -332,6 +332,21 @@ def test_resume_reads_the_runs_own_config_even_if_hydra_overwrote_it(tiny_overri
     assert resumed.data.train == cfg.data.train and resumed.resume == str(tmp_path.resolve())
 
 
+def test_a_run_saved_before_a_setting_existed_resumes_with_its_value(tiny_overrides, tmp_path,
+                                                                     capsys):
+    cfg = compose(tiny_overrides + ["steps=1", "kl=adaptive", "dry_run=true"])
+    run(cfg, tmp_path)
+    saved = OmegaConf.load(tmp_path / "run_config.yaml")
+    del saved["anchor"], saved["optim"]["eps"]  # a setting, and a key of a node, added later
+    (tmp_path / "run_config.yaml").write_text(OmegaConf.to_yaml(saved))
+    args = ["model=tiny_random", f"resume={tmp_path}", "kl=warmup_fixed"]
+    resumed, _ = resolve_resume(compose(args), args)
+    assert resumed.anchor.coef == 0.0 and resumed.optim.eps == cfg.optim.eps
+    # a node of another class keeps its own keys: no warmup_steps in the run's adaptive KL
+    assert resumed.kl._target_ == cfg.kl._target_ and "warmup_steps" not in resumed.kl
+    assert "predates setting(s) anchor, optim.eps;" in capsys.readouterr().out
+
+
 def test_resume_without_steps_keeps_the_runs_own_total(tiny_overrides, tmp_path):
     cfg = compose(tiny_overrides + ["steps=7", "dry_run=true"])
     run(cfg, tmp_path)
