@@ -37,8 +37,15 @@ class Anchor:
 
     def draw(self, pools: dict[str, Sequence[Sample]], step: int, seed: int) -> list[Sample]:
         rng = random.Random(seed * 1_000_003 + step + 7_919)  # not the task mix's stream
-        pool = [s for t in self.tasks for s in pools[t]]
-        return [rng.choice(pool) for _ in range(self.samples)]
+        out = []
+        for _ in range(self.samples):  # uniform over the tasks' samples together, no copy
+            i = rng.randrange(sum(len(pools[t]) for t in self.tasks))
+            for t in self.tasks:
+                if i < len(pools[t]):
+                    out.append(pools[t][i])
+                    break
+                i -= len(pools[t])
+        return out
 
     def loss(self, policy, samples: list[Sample], device) -> torch.Tensor:
         """Mean cross-entropy per completion token (prompt and padding not counted)."""

@@ -288,3 +288,20 @@ def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
         warnings.append(f"+{key} adds a key that no default config has; nothing reads it "
                         f"unless its component takes it{hint}")
     return warnings
+
+
+def fill_missing(old: DictConfig, new: DictConfig, prefix: str = "") -> list[str]:
+    """Add to old (a run's saved config) the settings it lacks from new, so that a run made
+    before a setting existed resumes. Descends only into nodes that build the same class: a
+    node of another `_target_` keeps its own keys, and a choice of several objects (the
+    loggers) keeps its own members. Returns the added keys."""
+    added = []
+    for k in new:
+        if k not in old:
+            old[k] = new[k]
+            added.append(prefix + str(k))
+        elif (OmegaConf.is_dict(old[k]) and OmegaConf.is_dict(new[k])
+              and old[k].get("_target_") is not None
+              and old[k].get("_target_") == new[k].get("_target_")):
+            added += fill_missing(old[k], new[k], f"{prefix}{k}.")
+    return added

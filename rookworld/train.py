@@ -39,6 +39,7 @@ from .config import (
     WHITELIST,
     ConfigError,
     check_argv,
+    fill_missing,
     instantiate,
     prompts_per_step,
     unread_additions,
@@ -340,23 +341,6 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
               f"{', '.join(added)}; they take this version's values")
     old.resume = str(run_dir)
     return old, run_dir
-
-
-def fill_missing(old: DictConfig, new: DictConfig, prefix: str = "") -> list[str]:
-    """Add to old (a run's saved config) the settings it lacks from new, so that a run made
-    before a setting existed resumes. Descends only into nodes that build the same class: a
-    node of another `_target_` keeps its own keys, and a choice of several objects (the
-    loggers) keeps its own members. Returns the added keys."""
-    added = []
-    for k in new:
-        if k not in old:
-            old[k] = new[k]
-            added.append(prefix + str(k))
-        elif (OmegaConf.is_dict(old[k]) and OmegaConf.is_dict(new[k])
-              and old[k].get("_target_") is not None
-              and old[k].get("_target_") == new[k].get("_target_")):
-            added += fill_missing(old[k], new[k], f"{prefix}{k}.")
-    return added
 
 
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:
