@@ -2,7 +2,10 @@
 
 Reproduces the figures of the embedded model's card (greedy decoding is
 deterministic), and measures any other model (`model=rookworld_lm_124m
-model.path=...`) on the same splits and on the external ROOK set.
+model.path=...`, or a run's checkpoint: `model.path=<run>/checkpoints/step-N/model`)
+on the same splits and on the external ROOK set. `out=` also keeps each sample's
+values, so that a later `against=<that file>` prints the change between the two models
+with paired intervals (both scored the same samples).
 """
 
 from __future__ import annotations
@@ -13,21 +16,27 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
-from .evaluation import Evaluator
+from .evaluation import Evaluator, before_after_table, paired_se
 
 
-def measure(policy, cfg, held_out) -> dict:
-    """{"held_out": metrics, "external": metrics (when cfg.data.external_eval exists)}."""
+def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:
+    """{"held_out": metrics, "external": metrics (when cfg.data.external_eval exists)};
+    per_sample, when given, is filled likewise with each metric's per-sample values."""
     settings = instantiate(cfg.sampler)
     reward = instantiate(cfg.reward)
-    results = {"held_out": Evaluator(held_out, settings,
-                                     max_per_task=cfg.data.eval_per_task)(policy, reward)[0]}
+    values = {} if per_sample is None else per_sample
+    values["held_out"] = {}
+    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.data.eval_per_task)(
+        policy, reward, per_sample=values["held_out"])[0]}
     ext_path = cfg.data.get("external_eval")
     if ext_path and Path(ext_path).exists():
         ext = read_samples(ext_path, on_defect="relabel")
-        results["external"] = Evaluator(ext, settings)(policy, reward)[0]
+        values["external"] = {}
+        results["external"] = Evaluator(ext, settings)(policy, reward,
+                                                       per_sample=values["external"])[0]
     elif ext_path:
         print(f"[rookworld] data.external_eval={ext_path}: no such file; the external ROOK "
               "set is skipped (point data.external_eval or ROOKWORLD_EXTERNAL_EVAL at a copy, "
@@ -37,11 +46,20 @@ def measure(policy, cfg, held_out) -> dict:
 
 @hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
-    results = measure(instantiate(cfg.model), cfg, read_samples(cfg.data.eval))
-    text = json.dumps(results, indent=2)
-    print(text)
+    earlier = json.loads(Path(cfg.against).read_text()) if cfg.against else None
+    per_sample = {}
+    results = measure(instantiate(cfg.model), cfg, read_samples(cfg.data.eval), per_sample)
+    print(json.dumps(results, indent=2))
+    for split in results if earlier else ():
+        before = earlier.get(split)
+        if before is None:
+            continue
+        after = results[split] | paired_se(earlier.get("per_sample", {}).get(split, {}),
+                                           per_sample[split])
+        print(f"\n{split}: {cfg.against} (before) against this model (after)\n\n"
+              + before_after_table(before, after))
     if cfg.out:
-        Path(cfg.out).write_text(text + "\n")
+        atomic_write_text(Path(cfg.out), json.dumps(results | {"per_sample": per_sample}) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ A: format, fen_exact, fen_similarity, reward, flags, exact), `eval/<task>/reward
 and `eval/reward` (the configured reward's mean score: the sweep objective).
 Each mean comes with its standard error under `eval_se/...` (sample standard
 deviation / sqrt(n)), so tables can print an interval beside every figure, and
-`eval_n/<task>` gives the number of samples behind it.
+`eval_n/<task>` gives the number of samples behind it. A later evaluation of the
+same samples also carries `eval_dse/...`: the standard error of its change since a
+baseline evaluation, from the per-sample differences (paired), which is narrower than
+the difference of two independent means because most samples score the same twice.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ def se_key(key: str) -> str:
     return f"{prefix}_se/{rest}"
 
 
+def dse_key(key: str) -> str:
+    """The paired change's standard-error key: eval/P/best -> eval_dse/P/best."""
+    prefix, _, rest = key.partition("/")
+    return f"{prefix}_dse/{rest}"
+
+
+def paired_se(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
+    """{dse_key(k): standard error of the mean of after[k] - before[k]} for every key
+    both hold over the same number of samples (per-sample values, as Evaluator fills)."""
+    return {dse_key(k): mean_se([b - a for a, b in zip(before[k], v)])[1]
+            for k, v in after.items() if k in before and len(before[k]) == len(v)}
+
+
 def interval(metrics: dict, key: str, z: float = 1.96) -> float | None:
     """Half-width of the ~95% interval of metrics[key] (z standard errors), if known."""
     se = metrics.get(se_key(key))
@@ -50,17 +66,34 @@ def with_interval(metrics: dict, key: str) -> str:
     return f"{metrics[key]:.3f}" + ("" if half is None else f" ± {half:.3f}")
 
 
-def change_with_interval(first: dict, last: dict, key: str) -> str:
-    """'+0.100 ± 0.057': last - first with the interval of a difference of two
-    independent means (sqrt of the summed squares). The two evaluations share their
-    samples, so this is wider than a paired interval: a conservative test of a gain."""
-    a, b = interval(first, key), interval(last, key)
+def change_with_interval(first: dict, last: dict, key: str, z: float = 1.96) -> str:
+    """'+0.100 ± 0.034': last - first with its ~95% interval: paired (last's
+    eval_dse, when last was measured against first's samples), else that of a
+    difference of two independent means (sqrt of the summed squares), which is wider."""
     text = f"{last[key] - first[key]:+.3f}"
+    if dse_key(key) in last:
+        return text + f" ± {z * last[dse_key(key)]:.3f}"
+    a, b = interval(first, key, z), interval(last, key, z)
     return text if a is None or b is None else text + f" ± {math.hypot(a, b):.3f}"
 
 
 INTERVAL_NOTE = ("± = ~95% interval (1.96 standard errors of the mean over the held-out "
-                 "samples; for a change, of the difference of the two means)")
+                 "samples; for a change, of the mean per-sample difference, as both "
+                 "evaluations score the same samples)")
+
+
+def before_after_table(first: dict, last: dict) -> str:
+    """Markdown table of every eval/ metric: before, after, change, each with its interval."""
+    keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
+                  and not k.startswith("eval/time")) + ["eval/reward"]
+    n = ", ".join(f"{t}: {last[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in last)
+    rows = [f"{INTERVAL_NOTE}; samples per task {n or 'unknown'}", "",
+            "| metric | before | after | change |", "|---|---|---|---|"]
+    for k in keys:
+        if k in first and k in last:
+            rows.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
+                        f"| {change_with_interval(first, last, k)} |")
+    return "\n".join(rows)
 
 
 class Evaluator:
@@ -96,10 +129,11 @@ class Evaluator:
                 progress(len(chunk))
         return out
 
-    def __call__(self, policy, reward, keep_examples: int = 0,
-                 progress=None) -> tuple[dict, list[dict]]:
+    def __call__(self, policy, reward, keep_examples: int = 0, progress=None,
+                 per_sample: dict | None = None) -> tuple[dict, list[dict]]:
         """-> (metrics, examples): examples are the first `keep_examples` per task as
-        dicts {task, prompt, completion, reference, reward}; progress as in completions."""
+        dicts {task, prompt, completion, reference, reward}; progress as in completions;
+        per_sample, when given, is filled with each metric's per-sample values."""
         metrics, examples, scores_all = {}, [], []
         for task, items in self.samples.items():
             texts = self.completions(policy, task, progress)
@@ -112,6 +146,8 @@ class Evaluator:
             for k, v in values.items():
                 key = f"{self.prefix}/{task}/{k}"
                 metrics[key], metrics[se_key(key)] = mean_se(v)
+                if per_sample is not None:
+                    per_sample[key] = v
             metrics[f"{self.prefix}_n/{task}"] = len(items)
             scores_all += scores
             examples += [{"task": task, "prompt": s.prompt, "completion": t,
@@ -119,4 +155,6 @@ class Evaluator:
                          for s, t, sc in list(zip(items, texts, scores))[:keep_examples]]
         key = f"{self.prefix}/reward"
         metrics[key], metrics[se_key(key)] = mean_se(scores_all)
+        if per_sample is not None:
+            per_sample[key] = scores_all
         return metrics, examples

@@ -49,10 +49,12 @@ from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine, peak_memory_mb
-from .evaluation import INTERVAL_NOTE, Evaluator, change_with_interval, with_interval
+from .evaluation import Evaluator, before_after_table, paired_se
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config, restore_redacted
 from .sampling import NonFiniteLogits
+
+EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
 
 
 @dataclass
@@ -122,24 +124,32 @@ def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> Non
         lg.log(row, step)
 
 
-def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int) -> dict:
+def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
+             samples_file: MetricsFile, baseline: dict | None) -> tuple[dict, dict]:
+    """-> (metrics, per-sample values). The values go to samples_file; against the
+    baseline's (the start's) they give each metric's paired change interval."""
     t0 = time.perf_counter()
     label = "start" if step < 0 else f"step {step}"
+    values = {}
     with tqdm(total=len(evaluator), desc=f"eval ({label})", unit="prompt",
               leave=False, mininterval=2) as bar:
         m, examples = evaluator(engine.policy, engine.reward.at(step), cfg.examples_to_log,
-                                progress=bar.update)
+                                progress=bar.update, per_sample=values)
+    if baseline:
+        m |= paired_se(baseline, values)
     m["time/eval_s"] = time.perf_counter() - t0
+    samples_file.append({"step": step, "values": values})
     _log(loggers, metrics_file, m, step)
     for lg in loggers:
         lg.log_examples(examples, step)
-    return m
+    return m, values
 
 
 def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) -> tuple:
     main = engine.dist is None or engine.dist.is_main  # DDP: rank 0 logs, evaluates, saves
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
-    start, first_eval = 0, None
+    samples_file = MetricsFile(run_dir / EVAL_SAMPLES)
+    start, first_eval, baseline = 0, None, None
     ckpt = latest_checkpoint(run_dir) if cfg.resume else None
     if ckpt:
         state = load_checkpoint(ckpt, engine)
@@ -154,16 +164,20 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             forward.set_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
+            samples_file.truncate_to(start)
             for lg in loggers:
                 if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
                     lg.resume_at(start)
         first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
+        baseline = next((r["values"] for r in samples_file.read() if r["step"] < 0), None)
     elif main:  # a fresh start (or a run killed before its first checkpoint): no old rows
         metrics_file.truncate_to(-1)
+        samples_file.truncate_to(-1)
         for lg in loggers:
             if hasattr(lg, "resume_at"):
                 lg.resume_at(-1)
-        first_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1)
+        first_eval, baseline = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1,
+                                        samples_file, None)
     metrics_file = metrics_file if main else None
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
@@ -192,26 +206,14 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             return Outcome("nan_failure", step, reason), first_eval, last_eval
         done = step + 1
         if main and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
-            last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step)
+            last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step,
+                                 samples_file, baseline)[0]
         if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
                 "cpu_matmul": forward.CPU_MATMUL,
                 "nan_guard": p.nan_guard.state_dict(),
                 "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
     return Outcome("success", cfg.steps), first_eval, last_eval
-
-
-def before_after_table(first: dict, last: dict) -> str:
-    keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
-                  and not k.startswith("eval/time")) + ["eval/reward"]
-    n = ", ".join(f"{t}: {last[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in last)
-    rows = [f"{INTERVAL_NOTE}; samples per task {n or 'unknown'}", "",
-            "| metric | before | after | change |", "|---|---|---|---|"]
-    for k in keys:
-        if k in first and k in last:
-            rows.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
-                        f"| {change_with_interval(first, last, k)} |")
-    return "\n".join(rows)
 
 
 def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:

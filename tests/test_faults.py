@@ -261,8 +261,9 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_overrides, tmp_pa
     assert result.outcome.status == "success"
     assert_same_run(whole, broken)
     # side files too: the examples of step 2, written after checkpoint 2, are not repeated
-    examples = [(broken / "examples.jsonl").read_text(), (whole / "examples.jsonl").read_text()]
-    assert examples[0] == examples[1] and examples[0]
+    for name in ("examples.jsonl", "eval_samples.jsonl"):
+        texts = [(broken / name).read_text(), (whole / name).read_text()]
+        assert texts[0] == texts[1] and texts[0], name
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_over_cleanly(tiny_overrides,

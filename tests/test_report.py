@@ -146,3 +146,15 @@ def test_eval_table_prints_each_figure_with_its_interval():
     # 1.96 * 0.05 = 0.098, 1.96 * 0.1 = 0.196, change: hypot(0.098, 0.196) = 0.219
     assert "| eval/P/best | 0.100 ± 0.098 | 0.300 ± 0.196 | +0.200 ± 0.219 | 0.300 (9) |" in lines
     assert "| eval/reward | 0.000 | 0.100 | +0.100 | 0.100 (9) |" in lines  # no error logged
+
+
+def test_a_change_on_the_same_samples_gets_the_paired_interval():
+    from rookworld.evaluation import change_with_interval, paired_se
+    before = {"eval/P/best": [1.0, 0.0, 1.0, 0.0]}
+    after = {"eval/P/best": [1.0, 1.0, 1.0, 0.0], "eval/P/other": [1.0]}
+    # differences 0, 1, 0, 0: mean 0.25, sd sqrt((3 * 0.0625 + 0.5625) / 3) = 0.5, se 0.25;
+    # a key the baseline lacks gets none
+    assert paired_se(before, after) == {"eval_dse/P/best": 0.25}
+    first = {"eval/P/best": 0.5, "eval_se/P/best": 0.289}
+    last = {"eval/P/best": 0.75, "eval_se/P/best": 0.25, "eval_dse/P/best": 0.25}
+    assert change_with_interval(first, last, "eval/P/best") == "+0.250 ± 0.490"  # 1.96 * 0.25

@@ -1,6 +1,7 @@
 """The config tree and the `python -m rookworld.train` entry point, end to end on CPU."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -81,6 +82,27 @@ def test_run_in_process_writes_metrics_checkpoint_and_outcome(tiny_overrides, tm
     assert outcome["status"] == "success" and "eval/reward" in outcome["final_eval"]
 
 
+def test_the_change_table_uses_the_paired_interval_of_the_same_samples(tiny_overrides,
+                                                                        tmp_path):
+    # the embedded model at its full completion lengths, so that per-sample scores differ
+    # (a random model fails every sample)
+    over = [o for o in tiny_overrides if not o.startswith(("model", "sampler"))]
+    run(compose(over + ["model=embedded", "optim.lr=3e-4", "data.eval_per_task=12"]), tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [-1, 1]
+    start, end = rows[0]["values"]["eval/reward"], rows[1]["values"]["eval/reward"]
+    diffs = [b - a for a, b in zip(start, end)]
+    assert len(diffs) == 24 and any(diffs)
+    mean = sum(diffs) / len(diffs)
+    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
+    first, last = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+                   if "eval/reward" in x]
+    assert last["eval_dse/reward"] == pytest.approx(se)
+    assert se < math.hypot(first["eval_se/reward"], last["eval_se/reward"])
+    table = (tmp_path / "eval_before_after.md").read_text()
+    assert f"| {mean:+.3f} ± {1.96 * se:.3f} |" in table.split("| eval/reward |")[1]
+
+
 def test_run_stopped_by_the_kl_guard_says_so_above_its_eval_table(tiny_overrides, tmp_path):
     over = [o for o in tiny_overrides if not o.startswith(("steps=", "eval_every="))]
     # weight decay moves the policy even when every group's rewards tie (zero advantages)
@@ -132,3 +154,26 @@ def test_cli_help_and_cfg_job(tmp_path):
 def test_cli_bad_value_exits_nonzero_naming_the_key(tmp_path):
     out = _cli(["num_generations=1", "model=tiny_random"], cwd=tmp_path)
     assert out.returncode != 0 and "num_generations" in out.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_against_an_earlier_file_prints_the_paired_change(synthetic_data, tmp_path):
+    """Two evaluations of the embedded model, the second with P completions cut short (so
+    its P answers fail), print the change with the paired interval of the same samples."""
+    common = ["-m", "rookworld.evaluate", f"data.eval={synthetic_data[1]}",
+              "data.eval_per_task=8", "data.external_eval=null"]
+    first = subprocess.run([sys.executable, *common, f"out={tmp_path}/a.json"],
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = subprocess.run([sys.executable, *common, "+sampler.per_task.P.max_new_tokens=40",
+                             f"out={tmp_path}/b.json", f"against={tmp_path}/a.json"],
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    a, b = (json.loads((tmp_path / f).read_text())["per_sample"]["held_out"]["eval/P/reward"]
+            for f in ("a.json", "b.json"))
+    diffs = [y - x for x, y in zip(a, b)]
+    mean = sum(diffs) / len(diffs)
+    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
+    assert len(diffs) == 8 and mean < 0 and se > 0
+    assert f"| eval/P/reward | {sum(a) / 8:.3f} ± " in second.stdout
+    assert f"| {mean:+.3f} ± {1.96 * se:.3f} |" in second.stdout.split("| eval/P/reward |")[1]
