@@ -65,7 +65,8 @@ class RunningAdvantage:
                    its own mean; a near-uniform group (whose own mean would cancel every
                    advantage) falls back to the running mean.
     3. scale: divide by the group's std ("group", GRPO; only with the group baseline,
-       where a tied group has advantages of 0 anyway), the batch's std, the running std
+       where a tied group has advantages of 0 anyway, and not after normalize "ema",
+       whose shift and scale it would cancel exactly), the batch's std, the running std
        of the key including this batch ("running"), or nothing; each floored at min_std.
     4. clip |advantage| at clip (when set), then multiply by the warm-up factor
        warmup_start + (1 - warmup_start) * min(step / warmup_steps, 1) (1 when
@@ -87,6 +88,10 @@ class RunningAdvantage:
         if scale == "group" and baseline != "group":
             raise ValueError(f"algorithm.advantage.scale=group divides a tied group by ~0; "
                              f"with baseline={baseline} use scale running, batch or none")
+        if normalize == "ema" and scale == "group":
+            raise ValueError("algorithm.advantage.normalize=ema with scale=group gives GRPO's "
+                             "group advantages unchanged (the group's mean and std absorb the "
+                             "running ones); use scale none, running or batch")
         if not 0 <= momentum < 1:
             raise ValueError(f"algorithm.advantage.momentum must be in [0, 1), got {momentum}")
         if not (min_std > 0 and std_floor > 0):

@@ -20,17 +20,19 @@ def test_running_stats_by_hand():
     assert (t.mean, t.var) == (s.mean, s.var)
 
 
-def test_ema_normalisation_then_group_advantages():
-    adv = RunningAdvantage(normalize="ema", momentum=0.5, std_floor=0.01)
+def test_ema_normalisation_then_the_group_mean():
+    adv = RunningAdvantage(normalize="ema", scale="none", momentum=0.5, std_floor=0.01)
     r = torch.tensor([0.0, 2.0, 4.0, 6.0])  # one task, groups (0, 2) and (4, 6)
     out = adv(r, 2, ["P"] * 4, step=0)
-    # first batch: mean 3, std sqrt(5); z = (r - 3) / sqrt(5); group scaling undoes the scale
-    z = (r - 3) / math.sqrt(5)
-    g = z.reshape(2, 2)
-    want = ((g - g.mean(1, keepdim=True)) / g.std(1, keepdim=True)).reshape(-1)
-    torch.testing.assert_close(out, want.float())
+    # first batch: mean 3, std sqrt(5); z = (r - 3) / sqrt(5) = [-3, -1, 1, 3] / sqrt(5);
+    # minus each group's mean (-2 and 2 over sqrt(5)): [-1, 1, -1, 1] / sqrt(5)
+    torch.testing.assert_close(out, torch.tensor([-1.0, 1.0, -1.0, 1.0]) / math.sqrt(5))
     assert adv.metrics()["adv/ema_mean/P"] == 3.0
     assert adv.metrics()["adv/ema_std/P"] == pytest.approx(math.sqrt(5))
+    # the second batch [3, 3, 3, 7]: mean 0.5 * 3 + 0.5 * 4 = 3.5, var 0.5 * 5 + 0.5 * (3 + 1)
+    # = 4.5; group 2's (3, 7) -> (-0.5, 3.5) / sqrt(4.5), minus its mean 1.5 / sqrt(4.5)
+    out = adv(torch.tensor([3.0, 3.0, 3.0, 7.0]), 2, ["P"] * 4, step=1)
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.0, -2.0, 2.0]) / math.sqrt(4.5))
 
 
 def test_ema_baseline_moves_a_tied_group_against_the_tasks_usual_reward():
@@ -72,6 +74,7 @@ def test_running_scale_and_warmup():
 @pytest.mark.parametrize("kwargs, match", [
     ({"baseline": "ema", "scale": "group"}, "scale=group divides a tied group"),
     ({"normalize": "zscore"}, "normalize must be one of"),
+    ({"normalize": "ema", "scale": "group"}, "gives GRPO's group advantages unchanged"),
     ({"momentum": 1.0}, "momentum"), ({"warmup_start": 2.0}, "warmup"),
 ])
 def test_bad_settings_are_named(kwargs, match):
