@@ -220,31 +220,59 @@ def test_update_mmap_threshold_auto_goes_by_model_size():
             update_mmap_threshold(bad, 1)
 
 
-@pytest.mark.parametrize("setting, want", [("auto", []), (0, []), (512, [512, 32768] * 2)])
-def test_update_sets_the_threshold_and_the_rollout_gets_glibcs_ceiling(
-        tiny_overrides, monkeypatch, setting, want):
-    """The threshold is set for each update and put back to glibc's 32 MiB ceiling after
-    it; the tiny model is under auto's size."""
-    from rookworld import engine as engine_mod
+def _mmapped(kib: int) -> bool | None:
+    """Whether glibc serves a kib-KiB malloc from its own mapping now (None without glibc's
+    mallinfo2): how the process-wide mmap threshold shows."""
+    import ctypes
 
-    calls = []
-    monkeypatch.setattr(engine_mod, "set_mmap_threshold", calls.append)
-    _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
-    assert calls == want
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        info = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                                                    "hblkhd", "usmblks", "fsmblks",
+                                                    "uordblks", "fordblks", "keepcost")]
+
+    info.restype, libc.malloc.restype = Mallinfo2, ctypes.c_void_p
+    before = info().hblks
+    block = libc.malloc(kib * 1024)
+    mapped = info().hblks > before
+    libc.free(ctypes.c_void_p(block))
+    return mapped
 
 
-def test_update_puts_the_threshold_back_when_it_fails(engine_and_pools, monkeypatch):
-    from rookworld import engine as engine_mod
+@pytest.mark.parametrize("setting, during", [("auto", False), (512, True)])
+def test_the_update_maps_big_blocks_only_under_its_threshold(tiny_overrides, monkeypatch,
+                                                              setting, during):
+    """mmap_threshold_kib=512: a 1 MiB block gets its own mapping inside the update and
+    comes from the heap again after it (the rollout's 32 MiB); auto on a small model keeps
+    it on the heap throughout. Also when the update raises."""
+    if _mmapped(1024) is None:
+        pytest.skip("glibc's mallinfo2 is needed to see the threshold")
+    from rookworld.data_io import read_samples
 
-    cfg, parts, engine, pools = engine_and_pools
-    calls = []
-    monkeypatch.setattr(engine_mod, "set_mmap_threshold", calls.append)
-    engine.update_mmap_kib = 2048
-    batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
-    monkeypatch.setattr(engine.optimizer, "zero_grad", lambda **k: 1 / 0)  # inside the update
+    cfg = compose(tiny_overrides + ["kl=fixed", f"mmap_threshold_kib={setting}"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    seen = []
+    real_step = engine.optimizer.step
+
+    def step_and_look(*a, **k):
+        seen.append(_mmapped(1024))
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(engine.optimizer, "step", step_and_look)
+    engine.update(engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0), 0)
+    assert seen == [during] and _mmapped(1024) is False
+    monkeypatch.setattr(engine.optimizer, "step", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
-        engine.update(batch, 0)
-    assert calls == [2048, 32768]
+        engine.update(engine.rollout(parts.task_mix.draw(pools, 2, 1, 0), 1), 1)
+    assert _mmapped(1024) is False
 
 
 def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
