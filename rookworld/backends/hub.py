@@ -32,15 +32,20 @@ def is_hub_id(path: str) -> bool:
 
 
 def check_config(raw: dict, where: str) -> None:
-    """config.json must name a causal LM transformers implements (no remote code)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    """config.json must name a decoder-only causal LM that transformers implements (no
+    remote code). Encoders that transformers can also run as decoders (a type it
+    implements as a masked LM too, such as bert) are refused."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     kind = raw.get("model_type")
-    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         extra = " (its auto_map asks for code from the repository, which rookworld never " \
                 "runs)" if raw.get("auto_map") else ""
-        raise UnsupportedModel(f"{where}: model_type {kind!r} is not a causal LM that "
-                               f"transformers implements (AutoModelForCausalLM){extra}")
+        raise UnsupportedModel(f"{where}: model_type {kind!r} is not a decoder-only causal LM "
+                               f"that transformers implements (AutoModelForCausalLM){extra}")
 
 
 def check_weights(names: set[str] | None, index: dict | None, where: str) -> None:
