@@ -4,8 +4,9 @@ checkpoints such as RookWorld-LM-124M, all returned as one `Policy` bundle.
 The model here is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' model
 classes; any other causal LM loads through `backends.hub.load_hf`); tokenizers are
 transformers' fast tokenizers. Every loader sets dropout to 0 in the config
-(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32,
-which the optimiser steps directly (no autocast or other mixed precision is implemented).
+(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32
+(load_hf: in model.dtype), which the optimiser steps directly (no autocast or other mixed
+precision is implemented).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def test_a_family_trains_checkpoints_and_resumes_exactly(kind, tiny_overrides, t
     assert (tmp_path / "model" / "model.safetensors.index.json").exists()  # sharded
     model = ["model=hf", f"model.path={tmp_path / 'model'}"]
     overrides = [o for o in tiny_overrides if not o.startswith("model")] + model + STATEFUL \
-        + ["steps=3", "eval_every=3"]
+        + ["steps=3", "eval_every=3", "anchor.coef=0.5"]  # the anchor's loss runs it too
     from rookworld import engine as engine_mod
     real_score = engine_mod.GRPOEngine.score
 
@@ -186,3 +186,33 @@ def test_unsupported_models_are_refused_before_any_weight_is_read(tmp_path):
     assert "trust_remote_code=true is refused" in _refused(pickled, trust_remote_code="true")
     (bert / "config.json").write_text(json.dumps({"model_type": "mine", "auto_map": {}}))
     assert "model_type 'mine'" in _refused(bert)
+
+
+def test_a_hub_model_is_checked_from_its_config_and_index_before_any_download(tmp_path,
+                                                                            monkeypatch):
+    """Only config.json and the shard index are fetched before the refusal; the snapshot
+    (weights) is never asked for."""
+    import json
+
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from rookworld.backends.hub import preflight
+
+    fetched = []
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+
+    def download(repo, name, **kwargs):
+        fetched.append(name)
+        if name != "config.json":
+            raise EntryNotFoundError(f"{repo} has no {name}")
+        return str(tmp_path / name)
+
+    def no_snapshot(*a, **k):
+        raise AssertionError("weights fetched before the preflight passed")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(huggingface_hub, "file_exists", lambda repo, name, **k: False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_snapshot)
+    with pytest.raises(ValueError, match="no safetensors weights"):
+        preflight("someone/pickled-model")
+    assert fetched == ["config.json", "model.safetensors.index.json"]
