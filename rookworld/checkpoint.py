@@ -32,6 +32,7 @@ from .redact import redact
 
 LATEST = "latest"
 MANIFEST = "manifest.json"  # {"files": {relative path: {"bytes": n, "sha256": hex}}}
+WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 RUN_CONFIG = "run_config.yaml"  # the run's own config (secrets masked), read by `resume=`
 
 
@@ -197,8 +198,9 @@ def _step_of(path: Path) -> int:
 
 
 def is_complete(path: Path) -> bool:
-    """A checkpoint directory with its state and weights in place."""
-    return (path / "state.pt").is_file() and (path / "model" / "model.safetensors").is_file()
+    """A checkpoint directory with its state and weights (one file or an index) in place."""
+    return (path / "state.pt").is_file() and any(
+        (path / "model" / name).is_file() for name in (WEIGHTS, WEIGHTS_INDEX))
 
 
 def _sha256(path: Path) -> str:
@@ -254,10 +256,35 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
+def read_weights(directory: Path) -> dict:
+    """Every tensor of a safetensors checkpoint, one file or shards named by its index."""
+    directory = Path(directory)
+    if (directory / WEIGHTS).is_file():
+        return load_file(str(directory / WEIGHTS))
+    shards = json.loads((directory / WEIGHTS_INDEX).read_text())["weight_map"].values()
+    return {k: v for name in sorted(set(shards)) for k, v in load_file(
+        str(directory / name)).items()}
+
+
 def load_weights(model, directory: Path) -> None:
-    """Load safetensors weights into an existing model (`gpt2.GPT2LMHeadModel.load_weights`:
-    the tied output matrix may be absent; anything that does not fit raises ValueError)."""
-    model.load_weights(load_file(str(Path(directory) / "model.safetensors")), str(directory))
+    """Load safetensors weights into an existing model (rookworld's GPT-2:
+    `gpt2.GPT2LMHeadModel.load_weights`; any other: by state-dict name, where a tied
+    matrix may be absent); anything that does not fit raises ValueError."""
+    weights = read_weights(directory)
+    if hasattr(model, "load_weights"):
+        model.load_weights(weights, str(directory))
+        return
+    own = model.state_dict(keep_vars=True)
+    stored = {own[k].data_ptr() for k in weights if k in own}
+    missing = sorted(k for k in set(own) - set(weights) if own[k].data_ptr() not in stored)
+    unexpected = sorted(set(weights) - set(own))
+    wrong = sorted(k for k in set(own) & set(weights) if own[k].shape != weights[k].shape)
+    if missing or unexpected or wrong:
+        raise ValueError(f"{directory}: weights do not fit the model: missing {missing}, "
+                         f"unexpected {unexpected}, wrong shape {wrong}")
+    with torch.no_grad():
+        for k, v in weights.items():
+            own[k].copy_(v)
 
 
 def load_checkpoint(path: Path, engine) -> dict:

@@ -124,6 +124,7 @@ def validate(cfg: DictConfig) -> None:
     ni = cfg.algorithm.num_iterations
     if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
         raise ConfigError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")
+    _check_backend(cfg)
     if cfg.data.on_defect not in ("drop", "relabel"):
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
     if not str(cfg.device).startswith(("cpu", "cuda")):
@@ -142,6 +143,22 @@ def validate(cfg: DictConfig) -> None:
                               "completions per prompt, and at temperature 0 (greedy) they are "
                               "all the same and carry no signal; use a temperature > 0 "
                               "(evaluation is greedy anyway)")
+
+
+HF_LOADER = "rookworld.backends.hub.load_hf"  # model=hf: transformers' models only
+
+
+def _check_backend(cfg: DictConfig) -> None:
+    """backend names a known choice that can run the model and the settings asked for."""
+    backend, hf_model = cfg.get("backend", "auto"), cfg.model.get("_target_") == HF_LOADER
+    if backend not in ("auto", "fast_gpt2", "hf"):
+        raise ConfigError(f"backend must be auto, fast_gpt2 or hf, got {backend!r}")
+    if backend == "fast_gpt2" and hf_model:
+        raise ConfigError("backend=fast_gpt2 runs rookworld's own GPT-2 only; model=hf needs "
+                          "backend=hf or auto")
+    if cfg.get("recompute_activations") and (backend == "hf" or hf_model):
+        raise ConfigError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
+                          "runs transformers' forward as it is); set it to false")
 
 
 def _locate(target: str, key: str):

@@ -22,12 +22,12 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from . import grpo
+from . import backends, grpo
 from .chess_tasks import Sample
 from .distributed import DistContext
-from .forward import CompletionLogits, completion_logprobs, final_norm, lm_head, logprob_chunk_rows
+from .forward import final_norm, lm_head, logprob_chunk_rows
 from .lr import scale_lr
-from .sampling import Rollout, SamplingSettings, sample
+from .sampling import Rollout, SamplingSettings
 
 # policy-loss stats averaged over the num_iterations updates of a batch (with one update the
 # ratio is 1 by construction, so the first iteration alone would always show no clipping)
@@ -218,7 +218,9 @@ class GRPOEngine:
     policy's forward instead of all of it (0 = always all of it; under DDP the ranks'
     gradients are then averaged by `DistContext.average_gradients`, as DDP's hooks only
     follow its own forward); anchor: an `anchor.Anchor` whose cross-entropy on ground-truth
-    samples (`Batch.anchor`) each update adds (PPO-ptx), or None.
+    samples (`Batch.anchor`) each update adds (PPO-ptx), or None; backend: auto | fast_gpt2
+    | hf, what runs the model (`backends.resolve`; the rollout tape and
+    recompute_activations are fast_gpt2's).
     """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
@@ -230,7 +232,7 @@ class GRPOEngine:
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
                  mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
-                 rollout_tape_mib: int = 256, anchor=None):
+                 rollout_tape_mib: int = 256, anchor=None, backend: str = "auto"):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
         self.sampling, self.G, self.seed = sampling, num_generations, seed
@@ -246,14 +248,17 @@ class GRPOEngine:
         self.dist = dist
         self.release_memory = release_memory
         self.device = dist.device if dist else torch.device(device)
-        self.model = policy.model.to(self.device).float().eval()  # dropout is 0; eval anyway
+        self.backend = backends.resolve(backend, policy.model, self.device)
+        policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
+        policy.backend = self.backend
+        self.model = policy.model.eval()  # dropout is 0; eval anyway
         self.update_mmap_kib = update_mmap_threshold(
             mmap_threshold_kib, sum(p.numel() for p in self.model.parameters())
         ) if self.device.type == "cpu" else 0
         if self.device.type == "cpu" and mmap_threshold_kib == "auto" and not self.update_mmap_kib:
             keep_freed_heap()
         # the policy's teacher-forced forward
-        self.logits_fn = CompletionLogits(self.model, recompute=recompute_activations)
+        self.logits_fn = self.backend.logits_module(self.model, recompute=recompute_activations)
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference
             self.logits_fn = DistributedDataParallel(
                 self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
@@ -265,7 +270,7 @@ class GRPOEngine:
         self.optimizer, self.scheduler = optim.build(
             [p for p in self.model.parameters() if p.requires_grad], total_steps)
         self.nan_lr_backoff = nan_lr_backoff
-        self.tape_budget = rollout_tape_mib * 2**20
+        self.tape_budget = rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
 
     # ---------------------------------------------------------------- rollout
@@ -282,8 +287,8 @@ class GRPOEngine:
             idx = [i for i, s in enumerate(rows) if s.task == task]
             settings = self.sampling[task]
             prompts = [self.policy.encode_prompt(rows[i].prompt) for i in idx]
-            r = sample(self.model, prompts, settings, self.policy.eos_id,
-                       self._generator(step, salt), tape_budget=budget)
+            r = self.backend.sample(self.model, prompts, settings, self.policy.eos_id,
+                                    self._generator(step, salt), tape_budget=budget)
             # a task without its tape: no later one keeps one (the update uses all or none)
             budget = budget - sum(tape.nbytes for _, tape in r.tapes) if r.tapes else 0
             parts.append((idx, r))
@@ -365,8 +370,8 @@ class GRPOEngine:
         # without gradients a forward holds one layer's activations at a time and the
         # log-softmax is chunked by vocabulary anyway: auto runs the whole batch at once
         rows = 0 if self.micro_batch == "auto" else self.micro_batch
-        return completion_logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                                   temps, rows) * r.completion_mask
+        return self.backend.logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
+                                     temps, rows) * r.completion_mask
 
     def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
         m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
@@ -467,8 +472,8 @@ class GRPOEngine:
             return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
         r = b.rollout
         with torch.no_grad():
-            ref_logits = CompletionLogits(self.ref)(r.prompt_ids[rows], r.prompt_mask[rows],
-                                                    r.completion_ids[rows])
+            ref_logits = self.backend.logits_module(self.ref)(
+                r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows])
         ref_logits = ref_logits / b.temperature[rows, None, None]
         want = grpo.FULL_ESTIMATORS[self.kl_estimator]
         kl_tok = grpo.kl_full(logits, ref_logits, want)

@@ -18,9 +18,10 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
+from . import backends
 from .chess_tasks import Sample
 from .rewards.parts import env_parts, policy_parts
-from .sampling import SamplingSettings, sample
+from .sampling import SamplingSettings
 
 PARTS = {"P": policy_parts, "A": env_parts}
 
@@ -122,8 +123,9 @@ class Evaluator:
         items = self.samples.get(task, [])
         for i in range(0, len(items), self.batch_size):
             chunk = items[i:i + self.batch_size]
-            r = sample(policy.model, [policy.encode_prompt(s.prompt) for s in chunk],
-                       self.settings[task], policy.eos_id)
+            r = backends.of(policy).sample(policy.model, [policy.encode_prompt(s.prompt)
+                                                          for s in chunk],
+                                           self.settings[task], policy.eos_id)
             out += policy.decode_completions(r.completion_ids, r.completion_mask)
             if progress is not None:
                 progress(len(chunk))

@@ -1,10 +1,12 @@
 """Policies: the embedded character-level GPT-2, random tiny GPT-2s, and hub/local
 checkpoints such as RookWorld-LM-124M, all returned as one `Policy` bundle.
 
-The model is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' model classes);
-tokenizers are transformers' fast tokenizers. Every loader sets dropout to 0 in the config
-(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32,
-which the optimiser steps directly (no autocast or other mixed precision is implemented).
+The model here is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' model
+classes; any other causal LM loads through `backends.hub.load_hf`); tokenizers are
+transformers' fast tokenizers. Every loader sets dropout to 0 in the config
+(the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32
+(load_hf: in model.dtype), which the optimiser steps directly (no autocast or other mixed
+precision is implemented).
 """
 
 from __future__ import annotations
@@ -32,15 +34,18 @@ HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "tokenize
 
 @dataclass
 class Policy:
-    """model: a causal LM in fp32 and eval mode; tokenizer: HF fast tokenizer
-    (left padding); bos_id: token put before every prompt (RookWorld-LM saw
-    <|endoftext|> before each training document) or None; eos_id: stop token."""
+    """model: a causal LM in eval mode (rookworld's GPT-2 or a transformers model);
+    tokenizer: HF fast tokenizer (left padding); bos_id: token put before every prompt
+    (RookWorld-LM saw <|endoftext|> before each training document) or None; eos_id: stop
+    token; backend: the `backends.Backend` that runs it (None: chosen by
+    `backends.of`; the engine sets its own)."""
 
-    model: GPT2LMHeadModel
+    model: torch.nn.Module
     tokenizer: PreTrainedTokenizerFast
     eos_id: int
     bos_id: int | None = None
     source: Path | None = None  # the directory the weights were read from (None: built here)
+    backend: object | None = None
 
     def encode_prompt(self, text: str) -> list[int]:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]

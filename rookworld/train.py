@@ -114,7 +114,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
         release_memory=cfg.release_memory, mmap_threshold_kib=cfg.mmap_threshold_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        anchor=p.anchor)
+        anchor=p.anchor, backend=cfg.backend)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:
@@ -250,6 +250,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     try:
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
+        record_backend(cfg, engine.backend.name, run_dir, main)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
@@ -276,6 +277,16 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     if not main:  # rank 0 writes the outcome
         return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+
+
+def record_backend(cfg: DictConfig, name: str, run_dir: Path, main: bool) -> None:
+    """Print the backend that runs the model and name it in the run's saved config (auto
+    resolved), which a resume then keeps."""
+    print(f"[rookworld] backend: {name}", flush=True)
+    if cfg.backend != name:
+        cfg.backend = name
+        if main and not cfg.resume:
+            atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
 
 
 def _best_effort(name: str, write, *args) -> None:

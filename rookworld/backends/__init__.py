@@ -1,0 +1,79 @@
+"""The policy interface the engine talks to, and how a run picks its implementation.
+
+A backend runs the operations of a GRPO step on a causal LM: sample completions for
+prompts (`sample` -> `sampling.Rollout`), the log-probs of given completions without
+gradients (`logprobs`: the reference and old-policy passes), and the teacher-forced
+logits over the completion as a module (`logits_module`: the update's forward, with
+gradients, and the full_* KL estimators' reference logits). Temperatures follow the
+sampler: log-probs and logits are those of logits / temperature (0 counts as 1).
+
+`fast_gpt2` (rookworld's own GPT-2 on CPU: functional forward, native kernels, rollout
+tape) and `hf` (any transformers causal LM, any device) implement it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from ..sampling import Rollout, SamplingSettings
+
+CHOICES = ("auto", "fast_gpt2", "hf")
+
+
+class Backend(Protocol):
+    """name: as in the `backend` key; uses_tape: whether `sample` can keep its forward
+    for the update (`tape.Tape`); a backend that cannot ignores tape_budget."""
+
+    name: str
+    uses_tape: bool
+
+    def sample(self, model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
+               generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
+        """One completion per prompt (N id lists, left-padded to
+        settings.pad_to_multiple_of with eos_id), rows of a group next to each other."""
+
+    def logprobs(self, model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                 temperature: Tensor, micro_batch: int = 0) -> Tensor:
+        """No-grad log-probs [N,T] float32 of completion_ids after left-padded prompts
+        [N,P] under logits / temperature [N]; rows in chunks of micro_batch (0 = all)."""
+
+    def logits_module(self, model, recompute: bool = False) -> nn.Module:
+        """forward(prompt_ids, prompt_mask, completion_ids) -> logits [N,T,V] float32
+        predicting each completion token (before temperature), with gradients."""
+
+    def prepare(self, model) -> nn.Module:
+        """The model as this backend runs it (the engine's copy: dtype, class)."""
+
+
+def is_rookworld_gpt2(model) -> bool:
+    from ..gpt2 import GPT2LMHeadModel
+
+    return isinstance(model, GPT2LMHeadModel)
+
+
+def resolve(choice: str, model, device) -> Backend:
+    """The backend for `choice` (auto | fast_gpt2 | hf): auto is fast_gpt2 for
+    rookworld's GPT-2 class on CPU, hf otherwise."""
+    from .fast_gpt2 import FastGPT2
+    from .hf import HFBackend
+
+    if choice not in CHOICES:
+        raise ValueError(f"backend must be one of {' | '.join(CHOICES)}, got {choice!r}")
+    if choice == "auto":
+        choice = "fast_gpt2" if is_rookworld_gpt2(model) and \
+            torch.device(device).type == "cpu" else "hf"
+    if choice == "fast_gpt2" and not is_rookworld_gpt2(model):
+        raise ValueError(f"backend=fast_gpt2 runs rookworld's own GPT-2 class only; this model "
+                         f"is {type(model).__name__}: use backend=hf (or auto)")
+    return FastGPT2() if choice == "fast_gpt2" else HFBackend()
+
+
+def of(policy) -> Backend:
+    """The policy's backend: the one its engine chose, else auto for where it lies."""
+    backend = getattr(policy, "backend", None)
+    if backend is None:
+        backend = resolve("auto", policy.model, next(policy.model.parameters()).device)
+    return backend

@@ -1,0 +1,123 @@
+"""The transformers backend: any `AutoModelForCausalLM` through its own forward.
+
+Prompts are left-padded and every real token's position counts real tokens only
+(`forward.positions_from_mask`), as in the fast path; sampling keeps the model's own KV
+cache (`past_key_values`) and chooses tokens exactly as `sampling.sample` does (same
+filters, same log-prob of the sampled id under logits / temperature).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..forward import chunked, positions_from_mask
+from ..sampling import Rollout, _choose, left_pad
+
+# Elements of [rows, T, V] float32 logits per no-grad log-prob chunk when micro_batch is 0
+# (256 MiB): a large vocabulary then never holds the whole batch's logits at once.
+LOGITS_CHUNK_ELEMENTS = 1 << 26
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence the model's positions cover, when its config names one."""
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings",
+                                                            None)
+
+
+def completion_logits(model, prompt_ids: Tensor, prompt_mask: Tensor,
+                      completion_ids: Tensor) -> Tensor:
+    """One forward over prompt + completion: logits [N,T,V] float32 predicting each
+    completion token (completion positions all attended, as in the fast path)."""
+    p, t = prompt_ids.shape[1], completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                   use_cache=False, logits_to_keep=t + 1).logits
+    # a model that ignores logits_to_keep returns every position
+    logits = logits[:, p - 1:p - 1 + t] if logits.shape[1] == p + t else logits[:, :t]
+    return logits.float()
+
+
+class CompletionLogits(nn.Module):
+    """`completion_logits` as a module (DistributedDataParallel wraps it)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor) -> Tensor:
+        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids)
+
+
+class HFBackend:
+    """`backends.Backend` for transformers causal LMs (no rollout tape)."""
+
+    name = "hf"
+    uses_tape = False
+
+    def prepare(self, model):
+        from . import is_rookworld_gpt2
+
+        return model.to_transformers() if is_rookworld_gpt2(model) else model
+
+    def logits_module(self, model, recompute=False):
+        if recompute:
+            raise ValueError("recompute_activations=true needs backend=fast_gpt2 (the hf "
+                             "backend keeps transformers' forward as it is); set it to false")
+        return CompletionLogits(model)
+
+    @torch.no_grad()
+    def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, temperature,
+                 micro_batch=0):
+        t = completion_ids.shape[1]
+        rows = micro_batch if micro_batch > 0 else max(
+            1, LOGITS_CHUNK_ELEMENTS // ((t + 1) * model.config.vocab_size))
+
+        def fn(pi, pm, ci, tt):
+            logits = completion_logits(model, pi, pm, ci) / tt[:, None, None]
+            picked = logits.gather(-1, ci[:, :, None]).squeeze(-1)
+            return picked - torch.logsumexp(logits, dim=-1)
+        return chunked(fn, rows, prompt_ids, prompt_mask, completion_ids, temperature)
+
+    @torch.no_grad()
+    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0):
+        device = next(model.parameters()).device
+        prompt_ids, prompt_mask = (x.to(device) for x in left_pad(
+            prompts, eos_id, settings.pad_to_multiple_of))
+        n, t_max = prompt_ids.shape[0], settings.max_new_tokens
+        longest, limit = max(len(p) for p in prompts), max_positions(model.config)
+        if limit and longest + t_max > limit:
+            raise ValueError(f"prompt ({longest}) + sampler.max_new_tokens ({t_max}) exceeds "
+                             f"the model's {limit} positions")
+        mask = prompt_mask
+        out = model(input_ids=prompt_ids, attention_mask=mask,
+                    position_ids=positions_from_mask(mask), use_cache=True, logits_to_keep=1)
+        logits, cache = out.logits[:, -1], out.past_key_values
+        next_pos = prompt_mask.sum(-1)
+        toks = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
+        logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        length = torch.full((n,), t_max, dtype=torch.long, device=device)
+        for t in range(t_max):
+            logits = logits.float()
+            if t < settings.min_new_tokens:
+                logits[:, eos_id] = float("-inf")
+            tok, logp = _choose(logits, settings, generator)
+            tok = torch.where(done, eos_id, tok)
+            toks[:, t] = tok
+            logps[:, t] = torch.where(done, 0.0, logp)
+            ended = ~done & (tok == eos_id)
+            length = torch.where(ended, t + 1, length)
+            done |= ended
+            if bool(done.all()) or t == t_max - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones(n, 1)], dim=1)
+            out = model(input_ids=tok[:, None], attention_mask=mask,
+                        position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
+            logits, cache = out.logits[:, -1], out.past_key_values
+            next_pos = next_pos + 1
+        width = int(length.max())
+        comp_mask = (torch.arange(width, device=device)[None, :] < length[:, None]).long()
+        return Rollout(prompt_ids, prompt_mask, toks[:, :width], comp_mask,
+                       logps[:, :width] * comp_mask, ~done)
