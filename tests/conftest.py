@@ -22,6 +22,13 @@ import chess  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _data_cache(tmp_path_factory):
+    """Validated data is cached in a directory of this test session (subprocesses too),
+    not in the user's ~/.cache."""
+    os.environ.setdefault("ROOKWORLD_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
+
+
 def _synthetic_rows(n_games: int, seed: int) -> list[dict]:
     """P and A samples from random games; P evals are made up (mechanics tests only)."""
     from rookworld.chess_tasks import env_sample, policy_sample

@@ -127,6 +127,57 @@ def test_jsonl_tampered_text_is_caught(tmp_path):
     assert res.samples == [s]
 
 
+# --- the validated-data cache ------------------------------------------------------
+
+def _counting_loads(monkeypatch):
+    from rookworld.data import loaders
+    calls = []
+
+    def counted(*a, **k):
+        calls.append(1)
+        return load_lines(*a, **k)
+    monkeypatch.setattr(loaders, "load_lines", counted)
+    return calls
+
+
+def test_a_file_is_validated_once_per_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOKWORLD_DATA_CACHE", str(tmp_path / "cache"))
+    calls = _counting_loads(monkeypatch)
+    samples = [policy_sample(START, ["e2e4", "d2d4"], [0.3, 0.2], "t"), env_sample(START, "e2e4")]
+    path = _rows(tmp_path, samples)
+    first, again = load_samples(path), load_samples(path)
+    assert len(calls) == 1 and again.samples == first.samples == samples
+    assert again.report.as_dict() == first.report.as_dict()
+    load_samples(path, on_defect="relabel")  # other settings: their own entry
+    _rows(tmp_path, samples[:1])  # new content under the same name
+    assert load_samples(path).samples == samples[:1] and len(calls) == 3
+
+
+def test_a_torn_cache_entry_is_validated_again_and_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROOKWORLD_DATA_CACHE", str(tmp_path / "cache"))
+    samples = [env_sample(START, "e2e4")]
+    path = _rows(tmp_path, samples)
+    load_samples(path)
+    [entry] = (tmp_path / "cache").iterdir()
+    entry.write_bytes(entry.read_bytes()[:20])
+    calls = _counting_loads(monkeypatch)
+    assert load_samples(path).samples == samples and len(calls) == 1
+    assert "unreadable" in capsys.readouterr().out
+    assert load_samples(path).samples == samples and len(calls) == 1  # replaced whole
+
+
+def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ROOKWORLD_DATA_CACHE", str(tmp_path / "file" / "cache"))
+    samples = [env_sample(START, "e2e4")]
+    assert load_samples(_rows(tmp_path, samples)).samples == samples
+    assert "could not cache the validated data" in capsys.readouterr().out
+    monkeypatch.setenv("ROOKWORLD_DATA_CACHE", "off")
+    calls = _counting_loads(monkeypatch)
+    load_samples(_rows(tmp_path, samples)), load_samples(_rows(tmp_path, samples))
+    assert len(calls) == 2
+
+
 def test_local_dataset_directories(tmp_path):
     datasets = pytest.importorskip("datasets")
     lines = [P_LINE, "A: " + A_LINE]

@@ -25,6 +25,7 @@ from rookworld.chess_tasks import Sample, env_sample, policy_sample
 from rookworld.chess_tasks.environment import split_env_line
 from rookworld.chess_tasks.policy import parse_policy_line
 
+from .cache import cached
 from .validate import FIXABLE, DefectReport, check_env, check_policy
 
 ON_DEFECT = ("drop", "relabel")
@@ -145,9 +146,11 @@ def load_samples(source, on_defect: str = "drop", split: str | None = None,
     text lines, gzip or not), a local dataset directory, or a Hugging Face
     dataset id (column `text`; `split` picks the split, default "train")."""
     path = Path(source)
-    if path.is_file():
+    if path.is_file():  # validated once per content and code (data/cache.py)
         json_rows = True if {".jsonl", ".json"} & set(path.suffixes) else None
-        return load_lines(read_lines(path), str(source), on_defect, json_rows, tasks)
+        return cached(path.resolve(), (str(source), on_defect, tasks, json_rows),
+                      lambda: load_lines(read_lines(path), str(source), on_defect, json_rows,
+                                         tasks), LoadResult)
     return load_lines(hf_lines(str(source), split), str(source), on_defect, json_rows=False,
                       tasks=tasks)
 
