@@ -65,6 +65,8 @@ def test_search_space_spans_lr_beta_entropy_and_group_size():
         validate(compose([SEARCH, f"num_generations={g}"]))
     for a in dists["advantage"].choices:  # each advantage option composes and builds
         build_parts(compose([SEARCH, f"advantage={a}"]))
+    for k in dists["algorithm.kl_estimator"].choices:  # each penalty direction too
+        build_parts(compose([SEARCH, f"algorithm.kl_estimator={k}"]))
 
 
 def test_study_storage_defaults_to_sqlite_under_multirun(tmp_path, monkeypatch):
