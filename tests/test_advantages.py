@@ -10,12 +10,13 @@ from rookworld.advantages import RunningAdvantage, RunningStats
 
 
 def test_running_stats_by_hand():
-    s = RunningStats(momentum=0.5)
+    s = RunningStats(momentum=0.75)
     s.update("P", torch.tensor([1.0, 3.0]))  # the first batch sets mean 2, var 1
     assert (s.mean["P"], s.var["P"]) == (2.0, 1.0)
-    s.update("P", torch.tensor([4.0, 4.0]))  # mean 0.5*2 + 0.5*4 = 3; var 0.5*1 + 0.5*(0 + 4) = 2.5
-    assert s.mean["P"] == pytest.approx(3.0) and s.var["P"] == pytest.approx(2.5)
-    t = RunningStats(0.5)
+    # mean 0.75 * 2 + 0.25 * 4 = 2.5; var 0.75 * 1 + 0.25 * (0 + (4 - 2)^2) = 1.75
+    s.update("P", torch.tensor([4.0, 4.0]))
+    assert s.mean["P"] == pytest.approx(2.5) and s.var["P"] == pytest.approx(1.75)
+    t = RunningStats(0.75)
     t.load_state_dict(s.state_dict())
     assert (t.mean, t.var) == (s.mean, s.var)
 
