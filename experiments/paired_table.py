@@ -4,7 +4,8 @@
         [--metrics held_out:eval/P/best_legal,...] [--failed LABEL=N ...]
 
 START.json: the starting model evaluated with `out=`; each RUN.json: a run's final model
-evaluated with `out=` on the same samples (`against=START.json` is not needed here). Per
+evaluated with `out=` on the same samples (a file named final_eval.json is named by its run
+directory) (`against=START.json` is not needed here). Per
 run: the change of each metric with its paired ~95% interval (1.96 standard errors of the
 mean per-sample difference). Per arm: the mean change over its seeds with a t interval
 over the seeds (run-to-run spread, 95%), and the runs that failed (`--failed`).
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import statistics
+from pathlib import Path
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # t quantile 0.975 by dof
 DEFAULT_METRICS = ("held_out:eval/P/best_legal", "held_out:eval/P/legal",
@@ -58,7 +60,8 @@ def main(argv=None) -> None:
         runs = [json.loads(open(f).read()) for f in files.split(",")]
         changes = [[paired_change(start, r, s, k) for s, k in metrics] for r in runs]
         for f, row in zip(files.split(","), changes):
-            print(f"| {label} | {f.split('/')[-1].removesuffix('.json')} | "
+            name = Path(f).stem if Path(f).stem != "final_eval" else Path(f).parent.name
+            print(f"| {label} | {name} | "
                   + " | ".join(f"{m:+.3f} ± {h:.3f}" for m, h in row) + " |")
         means = []
         for j in range(len(metrics)):
