@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from . import forward
+from . import forward_matmul
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -157,11 +157,11 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])
-        if state.get("cpu_matmul") and state["cpu_matmul"] != forward.CPU_MATMUL:
+        if state.get("cpu_matmul") and state["cpu_matmul"] != forward_matmul.CPU_MATMUL:
             print(f"[rookworld] resume: the run's checkpoints were made with cpu_matmul="
                   f"{state['cpu_matmul']}; it continues with that (not "
-                  f"{forward.CPU_MATMUL}), so that it stays bit-identical", flush=True)
-            forward.set_cpu_matmul(state["cpu_matmul"])
+                  f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
+            forward_matmul.set_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
             samples_file.truncate_to(start)
@@ -210,7 +210,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
                                  samples_file, baseline)[0]
         if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
-                "cpu_matmul": forward.CPU_MATMUL,
+                "cpu_matmul": forward_matmul.CPU_MATMUL,
                 "nan_guard": p.nan_guard.state_dict(),
                 "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
     return Outcome("success", cfg.steps), first_eval, last_eval
@@ -231,7 +231,7 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
 
 def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
     try:
-        forward.set_cpu_matmul(cfg.get("cpu_matmul", "auto"))
+        forward_matmul.set_cpu_matmul(cfg.get("cpu_matmul", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)

@@ -76,12 +76,12 @@ def tiny_overrides(synthetic_data):
 
 @pytest.fixture(params=["onednn", "blas", "mkl"])
 def cpu_matmul(request, monkeypatch):
-    """Runs a test with each CPU matrix library (`forward.CPU_MATMUL`); modules take it
-    with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
-    from rookworld import forward
+    """Runs a test with each CPU matrix library (`forward_matmul.CPU_MATMUL`); modules take
+    it with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
+    from rookworld import forward_matmul
 
-    if request.param != "blas" and not forward.ONEDNN:
+    if request.param != "blas" and not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
-    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
+    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", request.param)
+    monkeypatch.setattr(forward_matmul, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
     return request.param
