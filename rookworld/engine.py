@@ -8,14 +8,13 @@ object injected from config. The maths lives in `grpo.py`.
 from __future__ import annotations
 
 import copy
-import ctypes
 import functools
 import math
 import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +26,7 @@ from .chess_tasks import Sample
 from .distributed import DistContext
 from .forward import final_norm, lm_head, logprob_chunk_rows
 from .lr import scale_lr
+from .runtime import mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
 
 # policy-loss stats averaged over the num_iterations updates of a batch (with one update the
@@ -77,89 +77,6 @@ def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) 
     return out
 
 
-@functools.cache
-def _glibc(name: str):
-    """A glibc function by name, or None without glibc."""
-    try:
-        return getattr(ctypes.CDLL("libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-
-
-def release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc malloc_trim). The engine calls it between
-    phases when release_memory is set: resident memory between phases then follows the
-    live tensors, at the price of faulting the pages in again: a few MB less peak RSS for
-    a slower step, so it is off by default (benchmarks/README.md). A no-op without glibc."""
-    trim = _glibc("malloc_trim")
-    if trim:
-        trim(0)
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def set_mmap_threshold(kib: int) -> bool:
-    """Serve heap blocks of at least `kib` KiB from their own mappings, handed back to the
-    OS when freed (glibc mallopt M_MMAP_THRESHOLD; this also stops glibc raising the
-    threshold as it goes, which it does up to 32 MiB). Process-wide; the engine sets it
-    around each update (`GRPOEngine.update`). Returns whether it was applied (never for
-    kib <= 0, nor without glibc)."""
-    mallopt = _glibc("mallopt")
-    return bool(kib > 0 and mallopt and mallopt(M_MMAP_THRESHOLD, kib * 1024))
-
-
-ROLLOUT_MMAP_KIB = 32 * 1024  # glibc's own ceiling for its moving threshold (64-bit)
-AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS = 1024, 50_000_000
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter
-KEEP_TRIM_KIB = 64 * 1024
-
-
-def keep_freed_heap() -> bool:
-    """Serve heap blocks under ROLLOUT_MMAP_KIB from the heap and keep up to KEEP_TRIM_KIB
-    of freed memory at its top for reuse instead of handing it back to the OS (glibc
-    mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD; process-wide). The engine does this for
-    models under AUTO_MMAP_MIN_PARAMS when mmap_threshold_kib is auto: with glibc's moving
-    thresholds a small model's step faults in thousands of fresh pages that these reuse,
-    for a faster step at no higher peak RSS (benchmarks/README.md, ablations).
-    Returns whether glibc took both."""
-    mallopt = _glibc("mallopt")
-    return bool(mallopt and mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_KIB * 1024)
-                and mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_KIB * 1024))
-
-
-@contextmanager
-def mmap_threshold_during(kib: int):
-    """Set the mmap threshold to kib KiB for the block, then back to ROLLOUT_MMAP_KIB (also
-    when the block raises); kib 0 leaves glibc alone."""
-    if not kib:
-        yield
-        return
-    set_mmap_threshold(kib)
-    try:
-        yield
-    finally:
-        set_mmap_threshold(ROLLOUT_MMAP_KIB)
-
-
-def update_mmap_threshold(setting: int | str, n_params: int) -> int:
-    """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
-
-    With glibc's moving threshold, the update's freed activations and gradients stay
-    resident as heap holes beside the weights, reference and optimiser state, which keeps
-    a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
-    rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
-    at the price of faulting fresh pages in (from nothing measurable to 13% of the update,
-    by host). A small model's update pays that price for no saving that matters, so auto
-    is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole
-    process instead of the update slows the whole step. Figures: benchmarks/README.md."""
-    if setting == "auto":
-        return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
-        raise ValueError(f"mmap_threshold_kib must be auto or an integer >= 0, got {setting!r}")
-    return setting
-
-
 def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: int,
                      vocab: int, tokens: int) -> int:
     """Rows per forward/backward chunk for micro_batch=auto: the training forward keeps
@@ -207,11 +124,10 @@ class GRPOEngine:
     dist: a `distributed.DistContext` under torchrun (None: one process): each rank
     samples its share of the prompts and DistributedDataParallel averages gradients;
     release_memory: hand freed heap pages back to the OS after each rollout and update
-    (`release_freed_memory`); mmap_threshold_kib: during each update (CPU), heap blocks
-    from this size up get their own mappings, returned to the OS when freed; the rollout
-    runs at ROLLOUT_MMAP_KIB (`update_mmap_threshold`; auto: by model size, and smaller
-    models keep freed heap memory for reuse, `keep_freed_heap`; 0 = glibc's default
-    throughout); recompute_activations: the update's forward keeps fewer
+    (`runtime.release_freed_memory`); mmap_threshold_kib: during each update, heap blocks
+    from this many KiB up get their own mappings, returned to the OS when freed; the
+    rollout runs at ROLLOUT_MMAP_KIB (0 = glibc's default throughout; the runtime set-up
+    resolves the setting, `runtime.choose_allocator`); recompute_activations: the update's forward keeps fewer
     activations and recomputes layer norms and GELUs in backward (`forward.block`);
     rollout_tape_mib: sampling keeps its forward (`tape.Tape`) when it fits in this many
     MiB, and the update's first iteration differentiates it, running a third of the
@@ -231,7 +147,7 @@ class GRPOEngine:
                  ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
                  nan_lr_backoff: float = 0.5, device: str = "cpu",
                  dist: DistContext | None = None, release_memory: bool = False,
-                 mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
+                 mmap_threshold_kib: int = 0, recompute_activations: bool = False,
                  rollout_tape_mib: int = 256, anchor=None, backend: str = "auto"):
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
@@ -252,11 +168,7 @@ class GRPOEngine:
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
-        self.update_mmap_kib = update_mmap_threshold(
-            mmap_threshold_kib, sum(p.numel() for p in self.model.parameters())
-        ) if self.device.type == "cpu" else 0
-        if self.device.type == "cpu" and mmap_threshold_kib == "auto" and not self.update_mmap_kib:
-            keep_freed_heap()
+        self.update_mmap_kib = mmap_threshold_kib
         # the policy's teacher-forced forward
         self.logits_fn = self.backend.logits_module(self.model, recompute=recompute_activations)
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference

@@ -19,7 +19,7 @@ Log-probs are taken in row chunks sized by the vocabulary, so an [N, T, V] log-s
 never materialised for the whole batch at once.
 
 On CPU the matrix products go through oneDNN or MKL (`forward_matmul.linear`, `CPU_MATMUL`,
-set by the `cpu_matmul` setting: a fixed choice per machine, recorded
+set by `runtime.setup` from the `cpu_matmul` setting: a fixed choice per machine, recorded
 in each checkpoint). Decoding uses oneDNN weights packed once per rollout
 (`pack_weights`). torch.compile is not used: inductor cannot lower oneDNN's linear over
 packed or training weights, and compiled unpacked decoding ran slower than eager.
@@ -72,7 +72,7 @@ from .forward_matmul import (
 )
 
 # the names the rest of rookworld imports from here; the matrix library in effect is
-# forward_matmul.CPU_MATMUL (a module global that `set_cpu_matmul` sets)
+# forward_matmul.CPU_MATMUL (a module global that `runtime.setup` sets)
 __all__ = ["Attend", "CPU_MATMUL_CHOICES", "CompletionLogits", "Gelu", "Keep", "ONEDNN",
            "Packed", "block", "check_gpt2", "chunked", "completion_hidden",
            "completion_logits", "completion_logprobs", "final_norm", "gelu_tanh",

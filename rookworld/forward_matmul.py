@@ -1,12 +1,10 @@
 """CPU matrix products for the fast GPT-2 forward: the library that takes them
-(`CPU_MATMUL`, a fixed choice per machine from the `cpu_matmul` setting, recorded in
-each checkpoint), `linear`, the products with gradients that the
+(`CPU_MATMUL`, a fixed choice per machine that `runtime.setup` makes from the
+`cpu_matmul` setting, recorded in each checkpoint), `linear`, the products with gradients that the
 autograd Functions take (`_train_product`, `_train_product_grads`), and oneDNN-packed
 decoding weights (`pack_weights`)."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +62,7 @@ def set_cpu_matmul(choice: str) -> str:
     return CPU_MATMUL
 
 
-CPU_MATMUL = resolve_cpu_matmul(os.environ.get("ROOKWORLD_CPU_MATMUL", "auto"))
+CPU_MATMUL = resolve_cpu_matmul("auto")  # until `runtime.setup` sets the configured one
 BLAS_DNN_MIN_ROWS = 64
 
 

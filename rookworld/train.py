@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from . import forward_matmul
+from . import forward_matmul, runtime
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -55,6 +55,7 @@ from .redact import redact, redact_config, restore_redacted
 from .sampling import NonFiniteLogits
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
+RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.describe`)
 
 
 @dataclass
@@ -101,10 +102,15 @@ def build_parts(cfg: DictConfig) -> Parts:
 
 def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = None
                  ) -> GRPOEngine:
-    """dist: the torchrun context (None: one process)."""
+    """dist: the torchrun context (None: one process). The allocator choices for the model's
+    size are made here (`runtime.choose_allocator`)."""
     a = p.algorithm
+    policy = instantiate(cfg.model)
+    device = dist.device if dist else torch.device(cfg.device)
+    update_mmap_kib = runtime.choose_allocator(
+        cfg.mmap_threshold_kib, sum(q.numel() for q in policy.model.parameters()), device)
     return GRPOEngine(
-        policy=instantiate(cfg.model), reward=reward, advantage=a.advantage, loss=a.loss,
+        policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
         kl=p.kl, optim=p.optim, sampling=p.sampling, num_generations=cfg.num_generations,
         total_steps=cfg.steps, num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
@@ -112,7 +118,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         micro_batch_tokens=cfg.micro_batch_tokens, use_reference=cfg.reference.enabled,
         ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
         seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
-        release_memory=cfg.release_memory, mmap_threshold_kib=cfg.mmap_threshold_kib,
+        release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
         anchor=p.anchor, backend=cfg.backend)
 
@@ -161,7 +167,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             print(f"[rookworld] resume: the run's checkpoints were made with cpu_matmul="
                   f"{state['cpu_matmul']}; it continues with that (not "
                   f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
-            forward_matmul.set_cpu_matmul(state["cpu_matmul"])
+            runtime.use_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
             samples_file.truncate_to(start)
@@ -178,6 +184,8 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
                 lg.resume_at(-1)
         first_eval, baseline = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1,
                                         samples_file, None)
+    if main:  # the process-wide choices this run trains under (a resume: its own again)
+        atomic_write_text(run_dir / RUNTIME_FILE, json.dumps(runtime.describe(), indent=1))
     metrics_file = metrics_file if main else None
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
@@ -231,7 +239,7 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
 
 def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
     try:
-        forward_matmul.set_cpu_matmul(cfg.get("cpu_matmul", "auto"))
+        runtime.setup(cfg.get("cpu_matmul", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)

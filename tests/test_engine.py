@@ -210,7 +210,7 @@ def test_rollout_tape_only_within_its_budget(tiny_overrides):
 
 
 def test_update_mmap_threshold_auto_goes_by_model_size():
-    from rookworld.engine import AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS, update_mmap_threshold
+    from rookworld.runtime import AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS, update_mmap_threshold
 
     assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS - 1) == 0
     assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS) == AUTO_MMAP_KIB == 1024
@@ -282,7 +282,7 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
     import subprocess
     import sys
 
-    code = ("from rookworld.engine import set_mmap_threshold as s; "
+    code = ("from rookworld.runtime import set_mmap_threshold as s; "
             "print(s(0), s(1024))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
@@ -293,12 +293,13 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
 def test_auto_keeps_freed_heap_for_small_models(tiny_overrides, monkeypatch, setting, kept):
     """Under auto a model below AUTO_MMAP_MIN_PARAMS keeps freed heap memory for reuse;
     an explicit setting leaves that alone."""
-    from rookworld import engine as engine_mod
+    from rookworld import runtime
 
     calls = []
-    monkeypatch.setattr(engine_mod, "keep_freed_heap", lambda: calls.append(1))
+    monkeypatch.setattr(runtime, "keep_freed_heap", lambda: calls.append(1))
     _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
     assert len(calls) == kept
+    assert runtime.describe()["allocator"]["update_mmap_kib"] == (0 if kept else setting)
 
 
 def test_keep_freed_heap_goes_through_glibc():
@@ -306,7 +307,7 @@ def test_keep_freed_heap_goes_through_glibc():
     import subprocess
     import sys
 
-    code = "from rookworld.engine import keep_freed_heap as k; print(k())"
+    code = "from rookworld.runtime import keep_freed_heap as k; print(k())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(platform.libc_ver()[0] == "glibc")]
