@@ -105,7 +105,7 @@ def rookworld_worker(a, conn) -> None:
     import torch
 
     from rookworld import runtime
-    from rookworld.engine import peak_memory_mb
+    from rookworld.batch import peak_memory_mb
     from rookworld.train import build_engine, build_parts
 
     cfg, mix, pools, reward = prompt_draws(a)

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from . import forward_matmul, runtime
+from .batch import peak_memory_mb
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -48,7 +49,8 @@ from .config import (
 from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
-from .engine import GRPOEngine, peak_memory_mb
+from .engine import GRPOEngine
+from .engine_settings import EngineSettings
 from .evaluation import Evaluator, before_after_table, paired_se
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config, restore_redacted
@@ -109,18 +111,20 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
     device = dist.device if dist else torch.device(cfg.device)
     update_mmap_kib = runtime.choose_allocator(
         cfg.mmap_threshold_kib, sum(q.numel() for q in policy.model.parameters()), device)
-    return GRPOEngine(
-        policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
-        kl=p.kl, optim=p.optim, sampling=p.sampling, num_generations=cfg.num_generations,
-        total_steps=cfg.steps, num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
+    settings = EngineSettings(
+        num_generations=cfg.num_generations, total_steps=cfg.steps,
+        num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
-        micro_batch=cfg.micro_batch,
-        micro_batch_tokens=cfg.micro_batch_tokens, use_reference=cfg.reference.enabled,
-        ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
-        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
+        micro_batch=cfg.micro_batch, micro_batch_tokens=cfg.micro_batch_tokens,
+        use_reference=cfg.reference.enabled, ref_sync_every=cfg.reference.sync_every,
+        ref_sync_alpha=cfg.reference.sync_alpha, seed=cfg.seed,
+        nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
         release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        anchor=p.anchor, backend=cfg.backend)
+        backend=cfg.backend)
+    return GRPOEngine(policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
+                      kl=p.kl, optim=p.optim, sampling=p.sampling, settings=settings,
+                      dist=dist, anchor=p.anchor)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:

@@ -122,7 +122,7 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
     ((40, 8, 59, 64, 96, 2048), 24),     # five groups, three per chunk: 24 + 16
 ])
 def test_micro_batch_rows(args, rows):
-    from rookworld.engine import micro_batch_rows
+    from rookworld.batch import micro_batch_rows
     assert micro_batch_rows(*args) == rows
 
 
@@ -130,7 +130,7 @@ def test_micro_batch_rows_keeps_every_chunk_within_its_budgets():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from rookworld.engine import micro_batch_rows
+    from rookworld.batch import micro_batch_rows
 
     @given(st.integers(1, 16), st.integers(1, 12), st.integers(1, 200), st.integers(1, 200),
            st.integers(2, 60000), st.integers(1, 5000))
@@ -346,3 +346,16 @@ def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, mo
     assert all(torch.isfinite(p).all() for p in engine.model.parameters())
     if estimator.startswith("full"):  # every direction logged, for the guard to watch
         assert {"kl/full_forward", "kl/full_reverse", "kl/full_symmetric"} <= set(m)
+
+
+def test_engine_settings_are_frozen_and_checked():
+    import dataclasses
+
+    from rookworld.engine_settings import EngineSettings
+
+    s = EngineSettings(num_generations=2, total_steps=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.seed = 1
+    for bad in ({"micro_batch": -1}, {"micro_batch": "all"}, {"micro_batch_tokens": 0}):
+        with pytest.raises(ValueError, match="micro_batch"):
+            EngineSettings(num_generations=2, total_steps=3, **bad)
