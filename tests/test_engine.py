@@ -1,4 +1,5 @@
-"""The engine on a tiny model: every parameter moves, losses are finite, dropout is off."""
+"""The engine on a tiny model: every parameter moves, losses are finite, dropout is off; the
+tests not about the fast path run on both backends (`backend`)."""
 
 import math
 
@@ -19,13 +20,22 @@ class LengthReward(Reward):
         return Scored(min(len(completion), 24) / 24, {"len": float(len(completion))})
 
 
+@pytest.fixture(params=["fast_gpt2", "hf"])
+def backend(request) -> list[str]:
+    """The override for each backend on the same tiny GPT-2 (hf runs transformers' copy of
+    it, `to_transformers()`), for the tests that are not about the fast path."""
+    return [f"backend={request.param}"]
+
+
 @pytest.fixture
-def engine_and_pools(tiny_overrides):
+def engine_and_pools(tiny_overrides, backend):
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "optim.lr=1e-2", "kl=fixed"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=1e-2",
+                                              "kl=fixed"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
+    assert engine.backend.name == cfg.backend
     train = read_samples(cfg.data.train)
     pools = {t: [s for s in train if s.task == t] for t in "PA"}
     return cfg, parts, engine, pools
@@ -59,13 +69,13 @@ def test_reference_is_frozen_and_agrees_with_policy_at_step_zero(engine_and_pool
     assert abs(m["kl/k3"]) < 1e-6 and abs(m["policy/ratio_mean"] - 1) < 1e-5
 
 
-def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
+def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides, backend):
     """With num_iterations > 1 the ratio moves after the first update: the logged ratio and
     clip fractions are the mean over the iterations (iteration 0 alone always reads 1 / 0)."""
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "optim.lr=5e-2",
-                                    "algorithm.num_iterations=3"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=5e-2",
+                                              "algorithm.num_iterations=3"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
     train = read_samples(cfg.data.train)
@@ -94,7 +104,7 @@ def _two_steps(overrides: list[str], keep, with_engine: bool = False) -> list:
     return out
 
 
-def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
+def test_release_memory_changes_memory_not_results(tiny_overrides, backend, monkeypatch):
     """release_memory=true trims the heap after each rollout and update (glibc) and
     nothing else: the same seed gives the same samples and metrics."""
     from rookworld import engine as engine_mod
@@ -103,7 +113,8 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
     monkeypatch.setattr(engine_mod, "release_freed_memory", lambda: calls.append(1))
     runs = []
     for release in (False, True):
-        runs.append(_two_steps(tiny_overrides + [f"release_memory={str(release).lower()}"],
+        runs.append(_two_steps(tiny_overrides + backend
+                               + [f"release_memory={str(release).lower()}"],
                                lambda batch, m: (batch.rollout.completion_ids.tolist(),
                                                  m["loss/total"], m["kl/k3"])))
         assert len(calls) == (4 if release else 0)
@@ -315,17 +326,17 @@ def test_keep_freed_heap_goes_through_glibc():
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "full", "full_reverse",
                                        "full_symmetric"])
-def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, monkeypatch,
-                                                              estimator):
+def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, backend,
+                                                              monkeypatch, estimator):
     """Positions outside the loss mask (pads) get logits 1000x as large, so the policy's
     log-probs there lie thousands of nats from the reference's: the step must still give
     finite losses and gradients (no update skipped, every weight finite) for each KL."""
     from rookworld import engine as engine_mod
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed", "kl.beta=0.1",
-                                    f"algorithm.kl_estimator={estimator}",
-                                    "rollout_tape_mib=0"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "kl=fixed",
+                                              "kl.beta=0.1", f"algorithm.kl_estimator={estimator}",
+                                              "rollout_tape_mib=0"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
     train = read_samples(cfg.data.train)
