@@ -1,10 +1,11 @@
 """What the engine's rollout hands its update (`Batch`), the merge of per-task rollouts
-(`merge_rollouts`), the update's chunk size (`micro_batch_rows`) and the process's peak
-memory (`peak_memory_mb`)."""
+(`merge_rollouts`), its metrics (`rollout_metrics`), the update's chunk size
+(`micro_batch_rows`) and the process's peak memory (`peak_memory_mb`)."""
 
 from __future__ import annotations
 
 import resource
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
@@ -85,3 +86,32 @@ def peak_memory_mb() -> float:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rollout_metrics(rows, texts, scored, rewards, adv, zero, r, group: int) -> dict:
+    """The rollout's reward, group, advantage and sample metrics: rows [N] samples, texts
+    [N] completions, scored [N] `Scored`, rewards/adv [N], zero [N/G] zero-variance groups,
+    r the rollout, group G."""
+    m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
+         if len(rewards) > 1 else 0.0}
+    by_task = defaultdict(list)
+    for s, x in zip(rows, scored):
+        by_task[s.task].append(x)
+    for task, xs in by_task.items():
+        m[f"reward/{task}/mean"] = sum(x.score for x in xs) / len(xs)
+        m[f"reward/{task}/std"] = float(torch.tensor([x.score for x in xs]).std(0)) \
+            if len(xs) > 1 else 0.0
+        for part in xs[0].parts:
+            m[f"reward/{task}/{part}"] = sum(x.parts[part] for x in xs) / len(xs)
+    groups = [texts[i:i + group] for i in range(0, len(texts), group)]
+    lengths = r.completion_mask.sum(-1).float()
+    m.update({
+        "groups/zero_variance_share": float(zero.float().mean()),
+        "groups/identical_share": sum(1 - len(set(g)) / len(g) for g in groups) / len(groups),
+        "adv/std": float(adv.std(0)) if len(adv) > 1 else 0.0,
+        "adv/abs_mean": float(adv.abs().mean()),
+        "sample/len_mean": float(lengths.mean()), "sample/len_max": float(lengths.max()),
+        "sample/truncated_share": float(r.truncated.float().mean()),
+        "sample/tokens": float(lengths.sum()),
+    })
+    return m

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from . import backends, grpo
-from .batch import Batch, merge_rollouts, micro_batch_rows
+from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
 from .distributed import DistContext
 from .engine_settings import EngineSettings
@@ -128,7 +128,7 @@ class GRPOEngine:
                 self.device)
         ref_lp = self._ref_logprobs(r, temps) if self.ref is not None else None
         t3 = time.perf_counter()
-        m = self._rollout_metrics(rows, texts, scored, rewards, adv, zero, r)
+        m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
         if hasattr(self.advantage, "metrics"):  # running statistics of stateful advantages
             m.update(self.advantage.metrics())
@@ -181,31 +181,6 @@ class GRPOEngine:
         rows = 0 if self.micro_batch == "auto" else self.micro_batch
         return self.backend.logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
                                      temps, rows) * r.completion_mask
-
-    def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
-        m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
-             if len(rewards) > 1 else 0.0}
-        by_task = defaultdict(list)
-        for s, x in zip(rows, scored):
-            by_task[s.task].append(x)
-        for task, xs in by_task.items():
-            m[f"reward/{task}/mean"] = sum(x.score for x in xs) / len(xs)
-            m[f"reward/{task}/std"] = float(torch.tensor([x.score for x in xs]).std(0)) \
-                if len(xs) > 1 else 0.0
-            for part in xs[0].parts:
-                m[f"reward/{task}/{part}"] = sum(x.parts[part] for x in xs) / len(xs)
-        groups = [texts[i:i + self.G] for i in range(0, len(texts), self.G)]
-        lengths = r.completion_mask.sum(-1).float()
-        m.update({
-            "groups/zero_variance_share": float(zero.float().mean()),
-            "groups/identical_share": sum(1 - len(set(g)) / len(g) for g in groups) / len(groups),
-            "adv/std": float(adv.std(0)) if len(adv) > 1 else 0.0,
-            "adv/abs_mean": float(adv.abs().mean()),
-            "sample/len_mean": float(lengths.mean()), "sample/len_max": float(lengths.max()),
-            "sample/truncated_share": float(r.truncated.float().mean()),
-            "sample/tokens": float(lengths.sum()),
-        })
-        return m
 
     # ----------------------------------------------------------------- update
     def _forward(self, b: Batch, rows: slice):
