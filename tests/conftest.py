@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="session")
 def _data_cache(tmp_path_factory):
-    """Validated data is cached in a directory of this test session (subprocesses too),
+    """Validated data is cached in a directory of this pytest run (subprocesses too),
     not in the user's ~/.cache."""
     os.environ.setdefault("ROOKWORLD_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
 
