@@ -1,8 +1,8 @@
 """CPU matrix products for the fast GPT-2 forward: the library that takes them
 (`CPU_MATMUL`, a fixed choice per machine that `runtime.setup` makes from the
-`cpu_matmul` setting, recorded in each checkpoint), `linear`, the products with gradients that the
-autograd Functions take (`_train_product`, `_train_product_grads`), and oneDNN-packed
-decoding weights (`pack_weights`)."""
+`cpu_matmul` setting, recorded in each checkpoint), `linear`, the products with gradients
+that the autograd Functions take (`_train_product`, `_train_product_grads`), and
+oneDNN-packed decoding weights (`pack_weights`)."""
 
 from __future__ import annotations
 
