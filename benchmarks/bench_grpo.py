@@ -104,11 +104,13 @@ def param_checksum(model) -> float:
 def rookworld_worker(a, conn) -> None:
     import torch
 
-    from rookworld.engine import peak_memory_mb
+    from rookworld import runtime
+    from rookworld.batch import peak_memory_mb
     from rookworld.train import build_engine, build_parts
 
     cfg, mix, pools, reward = prompt_draws(a)
     parts = build_parts(cfg)  # validates the config, as `python -m rookworld.train` does
+    runtime.setup(cfg.cpu_matmul)  # as train does, before the model
     torch.manual_seed(cfg.seed)
     engine = build_engine(cfg, parts, reward)
     conn.send({"checksum": param_checksum(engine.model), "threads": torch.get_num_threads()})

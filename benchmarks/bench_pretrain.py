@@ -47,7 +47,9 @@ def main() -> None:
     ap.add_argument("--n-embd", type=int, default=256)
     ap.add_argument("--n-head", type=int, default=4)
     args = ap.parse_args()
+    from rookworld import runtime
     from rookworld.config import pkg_data
+    runtime.setup()  # as rookworld.pretrain does, before the models
     rows = None
     impls = {}
     for name in ("rookworld", "transformers"):

@@ -1,7 +1,8 @@
 """rookworld: GRPO (RL with verifiable rewards) for chess language models, configured with Hydra.
 
 Importing the package bounds two CPU kernel caches before torch's oneDNN builds its first
-compiled product (see `CPU_KERNEL_CACHE`).
+compiled product (see `CPU_KERNEL_CACHE`): the one process-wide choice that cannot wait for
+`runtime.setup`, which makes the others and records this one.
 """
 
 import os as _os
@@ -18,7 +19,8 @@ import os as _os
 # read when oneDNN first builds a product, which every rookworld import precedes; a value
 # already in the environment wins.
 CPU_KERNEL_CACHE = 16
-for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+for _name in KERNEL_CACHE_VARIABLES:
     if _name == "ONEDNN_PRIMITIVE_CACHE_CAPACITY" and "DNNL_PRIMITIVE_CACHE_CAPACITY" in _os.environ:
         continue  # oneDNN's older name for the same setting: the user's choice
     _os.environ.setdefault(_name, str(CPU_KERNEL_CACHE))

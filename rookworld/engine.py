@@ -2,31 +2,32 @@
 
 It owns the policy, the frozen reference and the optimiser; every algorithmic
 choice (advantages, policy loss, aggregation, KL schedule, reward) is an
-object injected from config. The maths lives in `grpo.py`.
+object injected from config, every other setting one `EngineSettings`. The maths lives in
+`grpo.py`; the batch it hands from rollout to update in `batch.py`.
 """
 
 from __future__ import annotations
 
 import copy
-import ctypes
 import functools
 import math
-import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from . import backends, grpo
+from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
 from .distributed import DistContext
-from .forward import final_norm, lm_head, logprob_chunk_rows
+from .engine_settings import EngineSettings
+from .forward import final_norm, lm_head
 from .lr import scale_lr
+from .runtime import mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
 
 # policy-loss stats averaged over the num_iterations updates of a batch (with one update the
@@ -35,242 +36,50 @@ RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_me
                "policy/ratio_max")
 
 
-@dataclass
-class Batch:
-    """One rollout batch: N = prompts x G rows, in group order (row i is group i // G)."""
-
-    samples: list[Sample]
-    rollout: Rollout
-    texts: list[str]
-    temperature: Tensor          # [N] the temperature each row was sampled with
-    rewards: Tensor              # [N]
-    advantages: Tensor           # [N]
-    loss_mask: Tensor            # [N,T] completion mask, zeroed for dropped groups
-    ref_logprobs: Tensor | None  # [N,T]
-    metrics: dict = field(default_factory=dict)
-    norm_tokens: float = 0.0     # loss-mask tokens of the whole step (all ranks)
-    norm_rows: int = 0           # rows of the whole step (all ranks)
-    anchor: list[Sample] = field(default_factory=list)  # ground-truth samples of the anchor term
-
-
-def merge_rollouts(parts: list[tuple[list[int], Rollout]], n: int, pad_id: int) -> Rollout:
-    """Scatter per-task rollouts (row indices, rollout) into one [N,...] rollout:
-    prompts re-left-padded, completions right-padded to common widths."""
-    p = max(r.prompt_ids.shape[1] for _, r in parts)
-    t = max(r.completion_ids.shape[1] for _, r in parts)
-    dev = parts[0][1].prompt_ids.device
-    out = Rollout(torch.full((n, p), pad_id, dtype=torch.long, device=dev),
-                  torch.zeros((n, p), dtype=torch.long, device=dev),
-                  torch.full((n, t), pad_id, dtype=torch.long, device=dev),
-                  torch.zeros((n, t), dtype=torch.long, device=dev),
-                  torch.zeros((n, t), device=dev), torch.zeros(n, dtype=torch.bool, device=dev))
-    for rows, r in parts:
-        idx = torch.tensor(rows, device=dev)
-        rp, rt = r.prompt_ids.shape[1], r.completion_ids.shape[1]
-        out.prompt_ids[idx, p - rp:] = r.prompt_ids
-        out.prompt_mask[idx, p - rp:] = r.prompt_mask
-        out.completion_ids[idx, :rt] = r.completion_ids
-        out.completion_mask[idx, :rt] = r.completion_mask
-        out.logprobs[idx, :rt] = r.logprobs
-        out.truncated[idx] = r.truncated
-        out.tapes += [(idx[local], tape) for local, tape in r.tapes]
-    return out
-
-
-@functools.cache
-def _glibc(name: str):
-    """A glibc function by name, or None without glibc."""
-    try:
-        return getattr(ctypes.CDLL("libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-
-
-def release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc malloc_trim). The engine calls it between
-    phases when release_memory is set: resident memory between phases then follows the
-    live tensors, at the price of faulting the pages in again: a few MB less peak RSS for
-    a slower step, so it is off by default (benchmarks/README.md). A no-op without glibc."""
-    trim = _glibc("malloc_trim")
-    if trim:
-        trim(0)
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def set_mmap_threshold(kib: int) -> bool:
-    """Serve heap blocks of at least `kib` KiB from their own mappings, handed back to the
-    OS when freed (glibc mallopt M_MMAP_THRESHOLD; this also stops glibc raising the
-    threshold as it goes, which it does up to 32 MiB). Process-wide; the engine sets it
-    around each update (`GRPOEngine.update`). Returns whether it was applied (never for
-    kib <= 0, nor without glibc)."""
-    mallopt = _glibc("mallopt")
-    return bool(kib > 0 and mallopt and mallopt(M_MMAP_THRESHOLD, kib * 1024))
-
-
-ROLLOUT_MMAP_KIB = 32 * 1024  # glibc's own ceiling for its moving threshold (64-bit)
-AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS = 1024, 50_000_000
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter
-KEEP_TRIM_KIB = 64 * 1024
-
-
-def keep_freed_heap() -> bool:
-    """Serve heap blocks under ROLLOUT_MMAP_KIB from the heap and keep up to KEEP_TRIM_KIB
-    of freed memory at its top for reuse instead of handing it back to the OS (glibc
-    mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD; process-wide). The engine does this for
-    models under AUTO_MMAP_MIN_PARAMS when mmap_threshold_kib is auto: with glibc's moving
-    thresholds a small model's step faults in thousands of fresh pages that these reuse,
-    for a faster step at no higher peak RSS (benchmarks/README.md, ablations).
-    Returns whether glibc took both."""
-    mallopt = _glibc("mallopt")
-    return bool(mallopt and mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_KIB * 1024)
-                and mallopt(M_TRIM_THRESHOLD, KEEP_TRIM_KIB * 1024))
-
-
-@contextmanager
-def mmap_threshold_during(kib: int):
-    """Set the mmap threshold to kib KiB for the block, then back to ROLLOUT_MMAP_KIB (also
-    when the block raises); kib 0 leaves glibc alone."""
-    if not kib:
-        yield
-        return
-    set_mmap_threshold(kib)
-    try:
-        yield
-    finally:
-        set_mmap_threshold(ROLLOUT_MMAP_KIB)
-
-
-def update_mmap_threshold(setting: int | str, n_params: int) -> int:
-    """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
-
-    With glibc's moving threshold, the update's freed activations and gradients stay
-    resident as heap holes beside the weights, reference and optimiser state, which keeps
-    a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
-    rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
-    at the price of faulting fresh pages in (from nothing measurable to 13% of the update,
-    by host). A small model's update pays that price for no saving that matters, so auto
-    is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole
-    process instead of the update slows the whole step. Figures: benchmarks/README.md."""
-    if setting == "auto":
-        return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
-        raise ValueError(f"mmap_threshold_kib must be auto or an integer >= 0, got {setting!r}")
-    return setting
-
-
-def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: int,
-                     vocab: int, tokens: int) -> int:
-    """Rows per forward/backward chunk for micro_batch=auto: the training forward keeps
-    every layer's activations for the backward, so its memory grows with the tokens of
-    a chunk, and the update's peak (and the process's) with the chunk, not the batch.
-
-    A group (G rows sharing one prompt, which runs once) counts G x completion_width +
-    prompt_width tokens; a chunk holds as many whole groups as fit in `tokens` (at least
-    one), or, when one group is over the budget, as many rows of (prompt + completion)
-    tokens as fit (at least one). Then at most logprob_chunk_rows(completion_width, vocab)
-    rows, so no chunk's [rows, T, V] logits pass 64 MiB (a full GPT-2 vocabulary gives a
-    few rows), and the chunks are evened out: 32 rows in chunks of 24 become 16 + 16."""
-    per_group = group * completion_width + prompt_width
-    if per_group <= tokens:
-        rows = group * (tokens // per_group)
-    else:
-        rows = max(1, tokens // (completion_width + prompt_width))
-    rows = min(rows, logprob_chunk_rows(completion_width, vocab), n)
-    chunks = -(-n // rows)
-    if rows % group == 0 and n % group == 0:
-        return group * -(-(n // group) // chunks)
-    return -(-n // chunks)
-
-
-def peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 class GRPOEngine:
     """policy: `model.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
     curriculum stage); advantage/loss: `grpo.GroupAdvantage`/`grpo.PolicyLoss`;
     kl: a `kl.*` schedule; optim: `lr.AdamWSpec`; sampling: per-task settings;
-    kl_estimator: k1|k2|k3|full_forward|full_reverse|full_symmetric (full = full_forward),
-    the estimator inside the loss; entropy_coef:
-    bonus weight (entropy is measured and logged either way); zero_variance: keep
-    or drop groups whose rewards are all equal; micro_batch: rows per forward/backward
-    chunk of the update and the reference pass (0 = all at once; "auto": the update's
-    chunks sized each step by `micro_batch_rows` from micro_batch_tokens, the reference
-    pass whole); use_reference: keep a frozen reference (needed by KL schedules with
-    beta > 0 and by the KL guard); ref_sync_every/ref_sync_alpha: periodic
-    ref <- alpha*policy + (1-alpha)*ref (0 = never); nan_lr_backoff: factor on the
-    learning rate after an update skipped for non-finite loss or gradients;
-    dist: a `distributed.DistContext` under torchrun (None: one process): each rank
-    samples its share of the prompts and DistributedDataParallel averages gradients;
-    release_memory: hand freed heap pages back to the OS after each rollout and update
-    (`release_freed_memory`); mmap_threshold_kib: during each update (CPU), heap blocks
-    from this size up get their own mappings, returned to the OS when freed; the rollout
-    runs at ROLLOUT_MMAP_KIB (`update_mmap_threshold`; auto: by model size, and smaller
-    models keep freed heap memory for reuse, `keep_freed_heap`; 0 = glibc's default
-    throughout); recompute_activations: the update's forward keeps fewer
-    activations and recomputes layer norms and GELUs in backward (`forward.block`);
-    rollout_tape_mib: sampling keeps its forward (`tape.Tape`) when it fits in this many
-    MiB, and the update's first iteration differentiates it, running a third of the
-    policy's forward instead of all of it (0 = always all of it; under DDP the ranks'
-    gradients are then averaged by `DistContext.average_gradients`, as DDP's hooks only
-    follow its own forward); anchor: an `anchor.Anchor` whose cross-entropy on ground-truth
-    samples (`Batch.anchor`) each update adds (PPO-ptx), or None; backend: auto | fast_gpt2
-    | hf, what runs the model (`backends.resolve`; the rollout tape and
-    recompute_activations are fast_gpt2's).
+    settings: every other choice (`EngineSettings`); dist: a `distributed.DistContext`
+    under torchrun (None: one process): each rank samples its share of the prompts and
+    DistributedDataParallel averages gradients; anchor: an `anchor.Anchor` whose
+    cross-entropy on ground-truth samples (`Batch.anchor`) each update adds (PPO-ptx), or
+    None.
     """
 
     def __init__(self, policy, reward, advantage, loss, kl, optim,
-                 sampling: dict[str, SamplingSettings], num_generations: int, total_steps: int,
-                 num_iterations: int = 1, kl_estimator: str = "k3", entropy_coef: float = 0.0,
-                 zero_variance: str = "keep", micro_batch: int | str = "auto",
-                 micro_batch_tokens: int = 1024, use_reference: bool = True,
-                 ref_sync_every: int = 0, ref_sync_alpha: float = 1.0, seed: int = 0,
-                 nan_lr_backoff: float = 0.5, device: str = "cpu",
-                 dist: DistContext | None = None, release_memory: bool = False,
-                 mmap_threshold_kib: int | str = "auto", recompute_activations: bool = False,
-                 rollout_tape_mib: int = 256, anchor=None, backend: str = "auto"):
+                 sampling: dict[str, SamplingSettings], settings: EngineSettings,
+                 dist: DistContext | None = None, anchor=None):
+        s = self.settings = settings
         self.policy, self.reward, self.advantage, self.loss, self.kl = (
             policy, reward, advantage, loss, kl)
-        self.sampling, self.G, self.seed = sampling, num_generations, seed
-        self.num_iterations, self.kl_estimator = num_iterations, kl_estimator
-        self.entropy_coef, self.zero_variance = entropy_coef, zero_variance
-        if not (micro_batch == "auto" or (isinstance(micro_batch, int) and micro_batch >= 0)):
-            raise ValueError(f"micro_batch must be auto or an integer >= 0, got {micro_batch!r}")
-        if not (isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1):
-            raise ValueError(f"micro_batch_tokens must be an integer >= 1, got "
-                             f"{micro_batch_tokens!r}")
-        self.micro_batch, self.micro_batch_tokens = micro_batch, micro_batch_tokens
-        self.ref_sync_every, self.ref_sync_alpha = ref_sync_every, ref_sync_alpha
+        self.sampling, self.G, self.seed = sampling, s.num_generations, s.seed
+        self.num_iterations, self.kl_estimator = s.num_iterations, s.kl_estimator
+        self.entropy_coef, self.zero_variance = s.entropy_coef, s.zero_variance
+        self.micro_batch, self.micro_batch_tokens = s.micro_batch, s.micro_batch_tokens
+        self.ref_sync_every, self.ref_sync_alpha = s.ref_sync_every, s.ref_sync_alpha
         self.dist = dist
-        self.release_memory = release_memory
-        self.device = dist.device if dist else torch.device(device)
-        self.backend = backends.resolve(backend, policy.model, self.device)
+        self.release_memory = s.release_memory
+        self.device = dist.device if dist else torch.device(s.device)
+        self.backend = backends.resolve(s.backend, policy.model, self.device)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
-        self.update_mmap_kib = update_mmap_threshold(
-            mmap_threshold_kib, sum(p.numel() for p in self.model.parameters())
-        ) if self.device.type == "cpu" else 0
-        if self.device.type == "cpu" and mmap_threshold_kib == "auto" and not self.update_mmap_kib:
-            keep_freed_heap()
+        self.update_mmap_kib = s.mmap_threshold_kib
         # the policy's teacher-forced forward
-        self.logits_fn = self.backend.logits_module(self.model, recompute=recompute_activations)
+        self.logits_fn = self.backend.logits_module(self.model, recompute=s.recompute_activations)
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference
             self.logits_fn = DistributedDataParallel(
                 self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
                 forward_sync_buffers=False)
         self.ref = None
-        if use_reference:
+        if s.use_reference:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.optim = optim
         self.optimizer, self.scheduler = optim.build(
-            [p for p in self.model.parameters() if p.requires_grad], total_steps)
-        self.nan_lr_backoff = nan_lr_backoff
-        self.tape_budget = rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
+            [p for p in self.model.parameters() if p.requires_grad], s.total_steps)
+        self.nan_lr_backoff = s.nan_lr_backoff
+        self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
 
     # ---------------------------------------------------------------- rollout
@@ -319,7 +128,7 @@ class GRPOEngine:
                 self.device)
         ref_lp = self._ref_logprobs(r, temps) if self.ref is not None else None
         t3 = time.perf_counter()
-        m = self._rollout_metrics(rows, texts, scored, rewards, adv, zero, r)
+        m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
         if hasattr(self.advantage, "metrics"):  # running statistics of stateful advantages
             m.update(self.advantage.metrics())
@@ -372,31 +181,6 @@ class GRPOEngine:
         rows = 0 if self.micro_batch == "auto" else self.micro_batch
         return self.backend.logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
                                      temps, rows) * r.completion_mask
-
-    def _rollout_metrics(self, rows, texts, scored, rewards, adv, zero, r) -> dict:
-        m = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(0))
-             if len(rewards) > 1 else 0.0}
-        by_task = defaultdict(list)
-        for s, x in zip(rows, scored):
-            by_task[s.task].append(x)
-        for task, xs in by_task.items():
-            m[f"reward/{task}/mean"] = sum(x.score for x in xs) / len(xs)
-            m[f"reward/{task}/std"] = float(torch.tensor([x.score for x in xs]).std(0)) \
-                if len(xs) > 1 else 0.0
-            for part in xs[0].parts:
-                m[f"reward/{task}/{part}"] = sum(x.parts[part] for x in xs) / len(xs)
-        groups = [texts[i:i + self.G] for i in range(0, len(texts), self.G)]
-        lengths = r.completion_mask.sum(-1).float()
-        m.update({
-            "groups/zero_variance_share": float(zero.float().mean()),
-            "groups/identical_share": sum(1 - len(set(g)) / len(g) for g in groups) / len(groups),
-            "adv/std": float(adv.std(0)) if len(adv) > 1 else 0.0,
-            "adv/abs_mean": float(adv.abs().mean()),
-            "sample/len_mean": float(lengths.mean()), "sample/len_max": float(lengths.max()),
-            "sample/truncated_share": float(r.truncated.float().mean()),
-            "sample/tokens": float(lengths.sum()),
-        })
-        return m
 
     # ----------------------------------------------------------------- update
     def _forward(self, b: Batch, rows: slice):

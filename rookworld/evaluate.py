@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from . import runtime
 from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
@@ -46,6 +47,7 @@ def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:
 
 @hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
+    runtime.setup()  # the process-wide choices, before the model
     earlier = json.loads(Path(cfg.against).read_text()) if cfg.against else None
     per_sample = {}
     results = measure(instantiate(cfg.model), cfg, read_samples(cfg.data.eval), per_sample)

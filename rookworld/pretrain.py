@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from . import runtime
 from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
@@ -150,6 +151,7 @@ def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
 @hydra.main(config_path="../conf", config_name="pretrain",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
+    runtime.setup()  # the process-wide choices, before the model
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from . import forward
+from . import forward_matmul, runtime
+from .batch import peak_memory_mb
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -39,7 +40,6 @@ from .config import (
     WHITELIST,
     ConfigError,
     check_argv,
-    fill_missing,
     instantiate,
     prompts_per_step,
     unread_additions,
@@ -48,13 +48,16 @@ from .config import (
 from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
-from .engine import GRPOEngine, peak_memory_mb
+from .engine import GRPOEngine
+from .engine_settings import EngineSettings
 from .evaluation import Evaluator, before_after_table, paired_se
 from .guards import KLGuard, NaNGuard, Outcome
-from .redact import redact, redact_config, restore_redacted
+from .redact import redact, redact_config
+from .resume import finished_outcome, resolve_resume
 from .sampling import NonFiniteLogits
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
+RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.describe`)
 
 
 @dataclass
@@ -101,20 +104,27 @@ def build_parts(cfg: DictConfig) -> Parts:
 
 def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = None
                  ) -> GRPOEngine:
-    """dist: the torchrun context (None: one process)."""
+    """dist: the torchrun context (None: one process). The allocator choices for the model's
+    size are made here (`runtime.choose_allocator`)."""
     a = p.algorithm
-    return GRPOEngine(
-        policy=instantiate(cfg.model), reward=reward, advantage=a.advantage, loss=a.loss,
-        kl=p.kl, optim=p.optim, sampling=p.sampling, num_generations=cfg.num_generations,
-        total_steps=cfg.steps, num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
+    policy = instantiate(cfg.model)
+    device = dist.device if dist else torch.device(cfg.device)
+    update_mmap_kib = runtime.choose_allocator(
+        cfg.mmap_threshold_kib, sum(q.numel() for q in policy.model.parameters()), device)
+    settings = EngineSettings(
+        num_generations=cfg.num_generations, total_steps=cfg.steps,
+        num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
-        micro_batch=cfg.micro_batch,
-        micro_batch_tokens=cfg.micro_batch_tokens, use_reference=cfg.reference.enabled,
-        ref_sync_every=cfg.reference.sync_every, ref_sync_alpha=cfg.reference.sync_alpha,
-        seed=cfg.seed, nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device, dist=dist,
-        release_memory=cfg.release_memory, mmap_threshold_kib=cfg.mmap_threshold_kib,
+        micro_batch=cfg.micro_batch, micro_batch_tokens=cfg.micro_batch_tokens,
+        use_reference=cfg.reference.enabled, ref_sync_every=cfg.reference.sync_every,
+        ref_sync_alpha=cfg.reference.sync_alpha, seed=cfg.seed,
+        nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
+        release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        anchor=p.anchor, backend=cfg.backend)
+        backend=cfg.backend)
+    return GRPOEngine(policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
+                      kl=p.kl, optim=p.optim, sampling=p.sampling, settings=settings,
+                      dist=dist, anchor=p.anchor)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:
@@ -157,11 +167,11 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])
-        if state.get("cpu_matmul") and state["cpu_matmul"] != forward.CPU_MATMUL:
+        if state.get("cpu_matmul") and state["cpu_matmul"] != forward_matmul.CPU_MATMUL:
             print(f"[rookworld] resume: the run's checkpoints were made with cpu_matmul="
                   f"{state['cpu_matmul']}; it continues with that (not "
-                  f"{forward.CPU_MATMUL}), so that it stays bit-identical", flush=True)
-            forward.set_cpu_matmul(state["cpu_matmul"])
+                  f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
+            runtime.use_cpu_matmul(state["cpu_matmul"])
         if main:
             metrics_file.truncate_to(start)
             samples_file.truncate_to(start)
@@ -178,6 +188,8 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
                 lg.resume_at(-1)
         first_eval, baseline = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1,
                                         samples_file, None)
+    if main:  # the process-wide choices this run trains under (a resume: its own again)
+        atomic_write_text(run_dir / RUNTIME_FILE, json.dumps(runtime.describe(), indent=1))
     metrics_file = metrics_file if main else None
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
@@ -210,7 +222,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
                                  samples_file, baseline)[0]
         if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
-                "cpu_matmul": forward.CPU_MATMUL,
+                "cpu_matmul": forward_matmul.CPU_MATMUL,
                 "nan_guard": p.nan_guard.state_dict(),
                 "kl_guard": p.kl_guard.state_dict() if p.kl_guard else {}})
     return Outcome("success", cfg.steps), first_eval, last_eval
@@ -231,7 +243,7 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
 
 def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
     try:
-        forward.set_cpu_matmul(cfg.get("cpu_matmul", "auto"))
+        runtime.setup(cfg.get("cpu_matmul", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)
@@ -322,49 +334,6 @@ def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, logge
         print(f"\n{heading}\n{table}")
     print(f"[rookworld] outcome={outcome.status} objective={objective:.4f} outputs in {run_dir}")
     return RunResult(outcome, run_dir, first, last, objective)
-
-
-def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
-                   ) -> tuple[DictConfig, Path | None]:
-    """resume=<run dir>: continue that run with its own saved config. `overrides` are the
-    command line's: `steps=` there raises (or sets) the run's total; every other override
-    is reported and ignored (hydra.* aside); secrets masked in the saved config are taken
-    from this command's config."""
-    if not cfg.resume:
-        return cfg, None
-    run_dir = Path(cfg.resume).expanduser().resolve()
-    saved = next((p for p in (run_dir / RUN_CONFIG, run_dir / ".hydra" / "config.yaml")
-                  if p.exists()), None)
-    if saved is None:
-        raise ConfigError(f"resume={cfg.resume}: no run there "
-                          f"({run_dir / RUN_CONFIG} is missing)")
-    old = OmegaConf.load(saved)
-    restore_redacted(old, cfg)
-    keys = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
-    if "steps" in keys:
-        old.steps = cfg.steps
-    ignored = [o for k, o in keys.items() if k not in ("steps", "resume")
-               and not k.startswith("hydra")]
-    if ignored:
-        print(f"[rookworld] resume={run_dir}: the run continues with its own config; "
-              f"ignored: {' '.join(ignored)}")
-    added = fill_missing(old, cfg)
-    if added:
-        print(f"[rookworld] resume={run_dir}: its config predates setting(s) "
-              f"{', '.join(added)}; they take this version's values")
-    old.resume = str(run_dir)
-    return old, run_dir
-
-
-def finished_outcome(run_dir: Path, steps: int) -> dict | None:
-    """outcome.json of a run that already succeeded through `steps` steps, else None."""
-    try:
-        outcome = json.loads((run_dir / "outcome.json").read_text())
-    except (OSError, ValueError):
-        return None
-    done = isinstance(outcome, dict) and outcome.get("status") == "success" \
-        and isinstance(outcome.get("step"), int) and outcome["step"] >= steps
-    return outcome if done else None
 
 
 # Exit status of `python -m rookworld.train` (a single run) per outcome; an exception

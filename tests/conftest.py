@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="session")
 def _data_cache(tmp_path_factory):
-    """Validated data is cached in a directory of this test session (subprocesses too),
+    """Validated data is cached in a directory of this pytest run (subprocesses too),
     not in the user's ~/.cache."""
     os.environ.setdefault("ROOKWORLD_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
 
@@ -76,12 +76,12 @@ def tiny_overrides(synthetic_data):
 
 @pytest.fixture(params=["onednn", "blas", "mkl"])
 def cpu_matmul(request, monkeypatch):
-    """Runs a test with each CPU matrix library (`forward.CPU_MATMUL`); modules take it
-    with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
-    from rookworld import forward
+    """Runs a test with each CPU matrix library (`forward_matmul.CPU_MATMUL`); modules take
+    it with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
+    from rookworld import forward_matmul
 
-    if request.param != "blas" and not forward.ONEDNN:
+    if request.param != "blas" and not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward, "CPU_MATMUL", request.param)
-    monkeypatch.setattr(forward, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
+    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", request.param)
+    monkeypatch.setattr(forward_matmul, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
     return request.param

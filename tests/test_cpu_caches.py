@@ -14,7 +14,8 @@ CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 # RSS growth (MB) over 200 products of distinct row counts through forward.linear
 GROWTH = """
-import torch, rookworld.forward as f
+import torch, rookworld.forward as f, rookworld.runtime
+rookworld.runtime.setup()  # the library ROOKWORLD_CPU_MATMUL names
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 w, b = torch.randn(256, 768), torch.zeros(768)

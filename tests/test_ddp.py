@@ -14,9 +14,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from rookworld import distributed
+from rookworld.batch import Batch, merge_rollouts
 from rookworld.config import compose
 from rookworld.data_io import read_samples
-from rookworld.engine import Batch, merge_rollouts
 from rookworld.rewards.base import Reward, Scored
 from rookworld.train import build_engine, build_parts
 

@@ -1,4 +1,5 @@
-"""The engine on a tiny model: every parameter moves, losses are finite, dropout is off."""
+"""The engine on a tiny model: every parameter moves, losses are finite, dropout is off; the
+tests not about the fast path run on both backends (`backend`)."""
 
 import math
 
@@ -19,13 +20,22 @@ class LengthReward(Reward):
         return Scored(min(len(completion), 24) / 24, {"len": float(len(completion))})
 
 
+@pytest.fixture(params=["fast_gpt2", "hf"])
+def backend(request) -> list[str]:
+    """The override for each backend on the same tiny GPT-2 (hf runs transformers' copy of
+    it, `to_transformers()`), for the tests that are not about the fast path."""
+    return [f"backend={request.param}"]
+
+
 @pytest.fixture
-def engine_and_pools(tiny_overrides):
+def engine_and_pools(tiny_overrides, backend):
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "optim.lr=1e-2", "kl=fixed"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=1e-2",
+                                              "kl=fixed"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
+    assert engine.backend.name == cfg.backend
     train = read_samples(cfg.data.train)
     pools = {t: [s for s in train if s.task == t] for t in "PA"}
     return cfg, parts, engine, pools
@@ -59,13 +69,13 @@ def test_reference_is_frozen_and_agrees_with_policy_at_step_zero(engine_and_pool
     assert abs(m["kl/k3"]) < 1e-6 and abs(m["policy/ratio_mean"] - 1) < 1e-5
 
 
-def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides):
+def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides, backend):
     """With num_iterations > 1 the ratio moves after the first update: the logged ratio and
     clip fractions are the mean over the iterations (iteration 0 alone always reads 1 / 0)."""
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "optim.lr=5e-2",
-                                    "algorithm.num_iterations=3"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=5e-2",
+                                              "algorithm.num_iterations=3"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
     train = read_samples(cfg.data.train)
@@ -94,7 +104,7 @@ def _two_steps(overrides: list[str], keep, with_engine: bool = False) -> list:
     return out
 
 
-def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
+def test_release_memory_changes_memory_not_results(tiny_overrides, backend, monkeypatch):
     """release_memory=true trims the heap after each rollout and update (glibc) and
     nothing else: the same seed gives the same samples and metrics."""
     from rookworld import engine as engine_mod
@@ -103,7 +113,8 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
     monkeypatch.setattr(engine_mod, "release_freed_memory", lambda: calls.append(1))
     runs = []
     for release in (False, True):
-        runs.append(_two_steps(tiny_overrides + [f"release_memory={str(release).lower()}"],
+        runs.append(_two_steps(tiny_overrides + backend
+                               + [f"release_memory={str(release).lower()}"],
                                lambda batch, m: (batch.rollout.completion_ids.tolist(),
                                                  m["loss/total"], m["kl/k3"])))
         assert len(calls) == (4 if release else 0)
@@ -122,7 +133,7 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, monkeypatch):
     ((40, 8, 59, 64, 96, 2048), 24),     # five groups, three per chunk: 24 + 16
 ])
 def test_micro_batch_rows(args, rows):
-    from rookworld.engine import micro_batch_rows
+    from rookworld.batch import micro_batch_rows
     assert micro_batch_rows(*args) == rows
 
 
@@ -130,7 +141,7 @@ def test_micro_batch_rows_keeps_every_chunk_within_its_budgets():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from rookworld.engine import micro_batch_rows
+    from rookworld.batch import micro_batch_rows
 
     @given(st.integers(1, 16), st.integers(1, 12), st.integers(1, 200), st.integers(1, 200),
            st.integers(2, 60000), st.integers(1, 5000))
@@ -210,7 +221,7 @@ def test_rollout_tape_only_within_its_budget(tiny_overrides):
 
 
 def test_update_mmap_threshold_auto_goes_by_model_size():
-    from rookworld.engine import AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS, update_mmap_threshold
+    from rookworld.runtime import AUTO_MMAP_KIB, AUTO_MMAP_MIN_PARAMS, update_mmap_threshold
 
     assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS - 1) == 0
     assert update_mmap_threshold("auto", AUTO_MMAP_MIN_PARAMS) == AUTO_MMAP_KIB == 1024
@@ -284,7 +295,7 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
     import subprocess
     import sys
 
-    code = ("from rookworld.engine import set_mmap_threshold as s; "
+    code = ("from rookworld.runtime import set_mmap_threshold as s; "
             "print(s(0), s(1024))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
@@ -295,12 +306,13 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
 def test_auto_keeps_freed_heap_for_small_models(tiny_overrides, monkeypatch, setting, kept):
     """Under auto a model below AUTO_MMAP_MIN_PARAMS keeps freed heap memory for reuse;
     an explicit setting leaves that alone."""
-    from rookworld import engine as engine_mod
+    from rookworld import runtime
 
     calls = []
-    monkeypatch.setattr(engine_mod, "keep_freed_heap", lambda: calls.append(1))
+    monkeypatch.setattr(runtime, "keep_freed_heap", lambda: calls.append(1))
     _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
     assert len(calls) == kept
+    assert runtime.describe()["allocator"]["update_mmap_kib"] == (0 if kept else setting)
 
 
 def test_keep_freed_heap_goes_through_glibc():
@@ -308,7 +320,7 @@ def test_keep_freed_heap_goes_through_glibc():
     import subprocess
     import sys
 
-    code = "from rookworld.engine import keep_freed_heap as k; print(k())"
+    code = "from rookworld.runtime import keep_freed_heap as k; print(k())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(platform.libc_ver()[0] == "glibc")]
@@ -316,17 +328,17 @@ def test_keep_freed_heap_goes_through_glibc():
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "full", "full_reverse",
                                        "full_symmetric"])
-def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, monkeypatch,
-                                                              estimator):
+def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, backend,
+                                                              monkeypatch, estimator):
     """Positions outside the loss mask (pads) get logits 1000x as large, so the policy's
     log-probs there lie thousands of nats from the reference's: the step must still give
     finite losses and gradients (no update skipped, every weight finite) for each KL."""
     from rookworld import engine as engine_mod
     from rookworld.data_io import read_samples
 
-    cfg = compose(tiny_overrides + ["sampler.temperature=1.5", "kl=fixed", "kl.beta=0.1",
-                                    f"algorithm.kl_estimator={estimator}",
-                                    "rollout_tape_mib=0"])
+    cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "kl=fixed",
+                                              "kl.beta=0.1", f"algorithm.kl_estimator={estimator}",
+                                              "rollout_tape_mib=0"])
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, LengthReward())
     train = read_samples(cfg.data.train)
@@ -347,3 +359,16 @@ def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, mo
     assert all(torch.isfinite(p).all() for p in engine.model.parameters())
     if estimator.startswith("full"):  # every direction logged, for the guard to watch
         assert {"kl/full_forward", "kl/full_reverse", "kl/full_symmetric"} <= set(m)
+
+
+def test_engine_settings_are_frozen_and_checked():
+    import dataclasses
+
+    from rookworld.engine_settings import EngineSettings
+
+    s = EngineSettings(num_generations=2, total_steps=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.seed = 1
+    for bad in ({"micro_batch": -1}, {"micro_batch": "all"}, {"micro_batch_tokens": 0}):
+        with pytest.raises(ValueError, match="micro_batch"):
+            EngineSettings(num_generations=2, total_steps=3, **bad)

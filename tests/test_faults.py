@@ -657,10 +657,10 @@ def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
 
 def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
         tiny_overrides, tmp_path, monkeypatch, capsys, one_thread):
-    from rookworld import forward
-    if not forward.ONEDNN:
+    from rookworld import forward_matmul
+    if not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward, "CPU_MATMUL", forward.CPU_MATMUL)  # restored afterwards
+    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)  # restored afterwards
     monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "onednn")
     run(compose(tiny_overrides + STATEFUL + ["steps=3"]), tmp_path / "whole")
     cut = tmp_path / "cut"

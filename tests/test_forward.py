@@ -4,7 +4,7 @@ logits, gradients, chunked log-probs; the sampler's grouped cache equals one row
 import pytest
 import torch
 
-from rookworld import forward, native
+from rookworld import forward, forward_matmul, native
 from rookworld.forward import (
     CompletionLogits,
     completion_logits,
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (c
     ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn"),
     ("mkl", "AuthenticAMD", "mkl")])
 def test_cpu_matmul_choice_is_fixed_per_machine(monkeypatch, value, vendor, want):
-    monkeypatch.setattr(forward, "_cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(forward_matmul, "_cpu_vendor", lambda: vendor)
     assert forward.resolve_cpu_matmul(value) == (want if forward.ONEDNN else "blas")
 
 

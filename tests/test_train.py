@@ -80,6 +80,10 @@ def test_run_in_process_writes_metrics_checkpoint_and_outcome(tiny_overrides, tm
     assert (tmp_path / "checkpoints" / "latest").exists()
     outcome = json.loads((tmp_path / "outcome.json").read_text())
     assert outcome["status"] == "success" and "eval/reward" in outcome["final_eval"]
+    chosen = json.loads((tmp_path / "runtime.json").read_text())  # the process-wide choices
+    assert chosen["cpu_matmul"] in ("onednn", "blas", "mkl") and chosen["threads"] >= 1
+    assert chosen["allocator"]["mmap_threshold_kib"] == "auto"
+    assert set(chosen["kernel_caches"]) == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"}
 
 
 def test_the_change_table_uses_the_paired_interval_of_the_same_samples(tiny_overrides,

@@ -17,11 +17,11 @@
  * row attends over its prompt and its completion tokens 0..t: out [N, H * 64].
  *
  * rw_prefix_attention(_backward): the teacher-forced attention of the reference pass and
- * the update (rookworld/forward.py, prompt_completion_attention) on the qkv product itself,
+ * the update (rookworld/forward_attention.py, prompt_completion_attention) on the qkv product itself,
  * without the per-row copies of each prompt's keys and the mask torch's path builds.
  *
  * rw_gelu_*: GPT-2's tanh GELU in its sigmoid form, a * sigmoid(a (C1 + C3 a^2)), in one
- * pass over memory (torch's takes six and a temporary; rookworld/forward.py, gelu_tanh
+ * pass over memory (torch's takes six and a temporary; rookworld/forward_gelu.py, gelu_tanh
  * and Gelu). */
 #include <math.h>
 #include <stddef.h>

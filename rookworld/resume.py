@@ -1,0 +1,56 @@
+"""Continuing a run: `resolve_resume` reads the run's own saved config for `resume=<run
+dir>`, `finished_outcome` tells whether the run already finished."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .checkpoint import RUN_CONFIG
+from .config import ConfigError, fill_missing
+from .redact import restore_redacted
+
+
+def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
+                   ) -> tuple[DictConfig, Path | None]:
+    """resume=<run dir>: continue that run with its own saved config. `overrides` are the
+    command line's: `steps=` there raises (or sets) the run's total; every other override
+    is reported and ignored (hydra.* aside); secrets masked in the saved config are taken
+    from this command's config."""
+    if not cfg.resume:
+        return cfg, None
+    run_dir = Path(cfg.resume).expanduser().resolve()
+    saved = next((p for p in (run_dir / RUN_CONFIG, run_dir / ".hydra" / "config.yaml")
+                  if p.exists()), None)
+    if saved is None:
+        raise ConfigError(f"resume={cfg.resume}: no run there "
+                          f"({run_dir / RUN_CONFIG} is missing)")
+    old = OmegaConf.load(saved)
+    restore_redacted(old, cfg)
+    keys = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
+    if "steps" in keys:
+        old.steps = cfg.steps
+    ignored = [o for k, o in keys.items() if k not in ("steps", "resume")
+               and not k.startswith("hydra")]
+    if ignored:
+        print(f"[rookworld] resume={run_dir}: the run continues with its own config; "
+              f"ignored: {' '.join(ignored)}")
+    added = fill_missing(old, cfg)
+    if added:
+        print(f"[rookworld] resume={run_dir}: its config predates setting(s) "
+              f"{', '.join(added)}; they take this version's values")
+    old.resume = str(run_dir)
+    return old, run_dir
+
+
+def finished_outcome(run_dir: Path, steps: int) -> dict | None:
+    """outcome.json of a run that already succeeded through `steps` steps, else None."""
+    try:
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+    except (OSError, ValueError):
+        return None
+    done = isinstance(outcome, dict) and outcome.get("status") == "success" \
+        and isinstance(outcome.get("step"), int) and outcome["step"] >= steps
+    return outcome if done else None

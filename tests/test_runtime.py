@@ -1,0 +1,41 @@
+"""The runtime set-up makes the process-wide choices and describes what is in effect."""
+
+import json
+
+import pytest
+import torch
+
+from rookworld import forward_matmul, runtime
+
+
+@pytest.fixture
+def restored(monkeypatch):
+    """Whatever the test sets, the matrix library and the allocator record come back."""
+    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)
+    monkeypatch.setattr(runtime, "_ALLOCATOR", dict(runtime._ALLOCATOR))
+
+
+def test_setup_sets_the_matrix_library_and_describes_it(restored, monkeypatch):
+    want = "onednn" if forward_matmul.ONEDNN else "blas"
+    chosen = runtime.setup(want)
+    assert forward_matmul.CPU_MATMUL == chosen["cpu_matmul"] == want
+    assert chosen["threads"] == torch.get_num_threads() and chosen["allocator"] == {}
+    assert isinstance(chosen["native_kernels"], bool)
+    json.dumps(chosen)  # runtime.json
+    monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "blas")
+    assert runtime.setup()["cpu_matmul"] == "blas"  # no setting: the environment's
+    with pytest.raises(ValueError, match="cpu_matmul"):
+        runtime.setup("openblas")
+
+
+def test_choose_allocator_records_its_choices(restored, monkeypatch):
+    kept = []
+    monkeypatch.setattr(runtime, "keep_freed_heap", lambda: kept.append(1) or True)
+    cpu = torch.device("cpu")
+    assert runtime.choose_allocator("auto", 10, cpu) == 0 and kept == [1]
+    assert runtime.describe()["allocator"]["keep_freed_heap"] is True
+    assert runtime.choose_allocator("auto", runtime.AUTO_MMAP_MIN_PARAMS, cpu) == 1024
+    assert runtime.describe()["allocator"]["keep_freed_heap"] is None and kept == [1]
+    assert runtime.choose_allocator(512, 10, torch.device("meta")) == 0  # CPU only
+    with pytest.raises(ValueError, match="mmap_threshold_kib"):
+        runtime.choose_allocator(-1, 10, cpu)
