@@ -82,7 +82,7 @@ def overrides(a) -> list[str]:
             f"rollout_tape_mib={a.rollout_tape_mib}"]
 
 
-def prompt_draws(a):
+def prompt_draws(a, extra: tuple = ()):
     """(config, task mix, pools, reward): the prompts of step s are
     mix.draw(pools, P, s, seed) for both implementations. Only the config, the data, the
     task mix and the reward are imported here, so the TRL process carries none of
@@ -90,7 +90,7 @@ def prompt_draws(a):
     from rookworld.config import compose, instantiate
     from rookworld.data_io import read_samples
 
-    cfg = compose(overrides(a))
+    cfg = compose(overrides(a) + list(extra))
     train = read_samples(cfg.data.train)
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
     return cfg, instantiate(cfg.task_mix), pools, instantiate(cfg.reward)
@@ -101,14 +101,31 @@ def param_checksum(model) -> float:
 
 
 # ---------------------------------------------------------------- rookworld
-def rookworld_worker(a, conn) -> None:
+# --ablate: each optimisation switched off alone, every variant in its own process, all
+# stepping in turn (name, config overrides, environment set before rookworld is imported)
+ABLATIONS = (
+    ("all on (defaults)", [], {}),
+    ("native kernels off", [], {"ROOKWORLD_NATIVE": "0"}),
+    ("rollout tape off", ["rollout_tape_mib=0"], {}),
+    ("prompt not shared per group", [], {"ROOKWORLD_SHARE_PROMPTS": "0"}),
+    ("transformers' GPT-2 (backend=hf)", ["backend=hf"], {}),
+    ("allocator left to glibc", ["mmap_threshold_kib=0"], {}),
+    ("matrix library: onednn for all", [], {"ROOKWORLD_CPU_MATMUL": "onednn"}),
+    ("no micro-batching (whole batch)", ["micro_batch=0"], {}),
+)
+
+
+def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> None:
+    import os
+
+    os.environ.update(env or {})
     import torch
 
     from rookworld import runtime
     from rookworld.batch import peak_memory_mb
     from rookworld.train import build_engine, build_parts
 
-    cfg, mix, pools, reward = prompt_draws(a)
+    cfg, mix, pools, reward = prompt_draws(a, extra)
     parts = build_parts(cfg)  # validates the config, as `python -m rookworld.train` does
     runtime.setup(cfg.cpu_matmul)  # as train does, before the model
     torch.manual_seed(cfg.seed)
@@ -265,6 +282,8 @@ def main() -> None:
                    help="rookworld rollout_tape_mib: the update differentiates the rollout's "
                         "kept forward when it fits in this many MiB (0 = runs its own)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
+    p.add_argument("--ablate", action="store_true",
+                   help="rookworld only: each optimisation off alone (ABLATIONS), side by side")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")
     a = p.parse_args()
@@ -275,15 +294,19 @@ def main() -> None:
     cal_before = calibrate()
     ctx = mp.get_context("spawn")
     workers, ready = {}, {}
-    for name, fn in (("rookworld", rookworld_worker), ("trl", trl_worker)):
-        if a.impl in ("both", name):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=fn, args=(a, child), daemon=True)
-            proc.start()
-            workers[name] = (proc, parent)
-            # one set-up at a time: rookworld measures its matrix library at import, and
-            # neither should start beside the other's model building
-            ready[name] = parent.recv()
+    if a.ablate:
+        jobs = [(name, rookworld_worker, (tuple(extra), env)) for name, extra, env in ABLATIONS]
+    else:
+        jobs = [(name, fn, ()) for name, fn in (("rookworld", rookworld_worker),
+                                                ("trl", trl_worker)) if a.impl in ("both", name)]
+    for name, fn, more in jobs:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=fn, args=(a, child, *more), daemon=True)
+        proc.start()
+        workers[name] = (proc, parent)
+        # one set-up at a time: rookworld measures its matrix library at import, and
+        # neither should start beside the other's model building
+        ready[name] = parent.recv()
     rows = {name: [] for name in workers}
     names = list(workers)
     for i in range(a.warmup + a.steps):
@@ -298,15 +321,24 @@ def main() -> None:
         final[name] = conn.recv()["rss_mb"]
         proc.join(timeout=60)
     cal = {"before": round(cal_before, 1), "after": round(calibrate(), 1)}
-    prompt_tokens = (statistics.mean(r["prompt_tokens"] for r in rows["rookworld"])
-                     / (a.prompts * a.generations)) if "rookworld" in rows else 70.0
+    first = next((n for n in rows if n != "trl"), None)
+    prompt_tokens = (statistics.mean(r["prompt_tokens"] for r in rows[first])
+                     / (a.prompts * a.generations)) if first else 70.0
     flop_bound_s = naive_step_flops(a, prompt_tokens) / (statistics.mean(cal.values()) * 1e9)
     print(json.dumps({"calibration_gflops": cal, "matmul": "2048x2048x2048 fp32",
                       "checksums": {k: v["checksum"] for k, v in ready.items()},
                       "threads": {k: v["threads"] for k, v in ready.items()},
                       "prompt_tokens_per_row": round(prompt_tokens, 1)}))
     out = {name: summarise(name, a, rows[name], final[name], cal, flop_bound_s) for name in rows}
-    if len(out) == 2:
+    if a.ablate:  # each variant against the defaults, step time and peak RSS
+        base = out[ABLATIONS[0][0]]
+        for line in out.values():
+            line["step_vs_defaults"] = round(line["median_step_s"] / base["median_step_s"], 3)
+            line["step_vs_defaults_paired"] = round(statistics.median(
+                r["step_s"] / b["step_s"] for r, b in zip(rows[line["impl"]],
+                                                          rows[base["impl"]])), 3)
+            line["rss_vs_defaults"] = round(line["peak_rss_mb"] / base["peak_rss_mb"], 3)
+    elif len(out) == 2:
         ratio = out["trl"]["median_step_s"] / out["rookworld"]["median_step_s"]
         out["rookworld"]["speedup_vs_trl"] = round(ratio, 3)
         # each round ran both back to back: the median of per-round ratios is the

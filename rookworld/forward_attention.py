@@ -4,6 +4,8 @@ the attention of distinct prompts and their groups' completions
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -26,9 +28,16 @@ def prefill_mask(prompt_mask: Tensor) -> Tensor:
     return causal & (prompt_mask.bool()[:, None, None, :] | eye)
 
 
+# ROOKWORLD_SHARE_PROMPTS=0 treats every row as its own prompt: the benchmarks' switch
+# for measuring what running each prompt once per group saves (benchmarks/README.md)
+SHARE_PROMPTS = os.environ.get("ROOKWORLD_SHARE_PROMPTS", "1") != "0"
+
+
 def unique_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """[N,P] ids and mask -> (ids [U,P], mask [U,P], index [N]) with row i = unique
-    row index[i]; U <= N distinct (ids, mask) rows."""
+    row index[i]; U <= N distinct (ids, mask) rows (U = N without SHARE_PROMPTS)."""
+    if not SHARE_PROMPTS:
+        return prompt_ids, prompt_mask, torch.arange(len(prompt_ids), device=prompt_ids.device)
     both = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
     uniq, index = torch.unique(both, dim=0, return_inverse=True)
     p = prompt_ids.shape[1]

@@ -123,6 +123,16 @@ def test_fast_gradients_equal_transformers(policy, hf, recompute):
         assert torch.allclose(g, grads[1][name], atol=1e-4, rtol=1e-4), name
 
 
+def test_every_row_as_its_own_prompt_gives_the_same_logits(policy, monkeypatch):
+    """The benchmarks' switch (ROOKWORLD_SHARE_PROMPTS=0) changes the work, not the maths."""
+    from rookworld import forward_attention
+    ids, mask, comp = batch(policy, ["P: abc ", "A: a much longer prompt+"], g=3)
+    shared = CompletionLogits(policy.model)(ids, mask, comp)
+    monkeypatch.setattr(forward_attention, "SHARE_PROMPTS", False)
+    assert len(forward_attention.unique_prompts(ids, mask)[0]) == 6
+    assert torch.allclose(CompletionLogits(policy.model)(ids, mask, comp), shared, atol=2e-5)
+
+
 def test_chunked_logprobs_equal_full_log_softmax(policy):
     ids, mask, comp = batch(policy, ["P: abc ", "P: de "], g=3, t=5)
     temps = torch.tensor([1.0, 0.7, 1.3, 1.0, 2.0, 0.5])
