@@ -284,6 +284,9 @@ def main() -> None:
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
     p.add_argument("--ablate", action="store_true",
                    help="rookworld only: each optimisation off alone (ABLATIONS), side by side")
+    p.add_argument("--only", default="",
+                   help="with --ablate: comma-separated ABLATIONS indices to run beside the "
+                        "defaults (memory: each variant is a process holding its model)")
     p.add_argument("--trl-gradient-checkpointing", action="store_true",
                    help="TRL's GRPOConfig default; off by default here (faster TRL)")
     a = p.parse_args()
@@ -295,7 +298,9 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     workers, ready = {}, {}
     if a.ablate:
-        jobs = [(name, rookworld_worker, (tuple(extra), env)) for name, extra, env in ABLATIONS]
+        keep = {0, *(int(i) for i in a.only.split(",") if i)} if a.only else None
+        jobs = [(name, rookworld_worker, (tuple(extra), env))
+                for i, (name, extra, env) in enumerate(ABLATIONS) if keep is None or i in keep]
     else:
         jobs = [(name, fn, ()) for name, fn in (("rookworld", rookworld_worker),
                                                 ("trl", trl_worker)) if a.impl in ("both", name)]
