@@ -5,13 +5,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 from transformers import GPT2Config as HFConfig
 from transformers import GPT2LMHeadModel as HFModel
 
 from rookworld.gpt2 import GPT2Config, GPT2LMHeadModel
-from rookworld.pretrain import read_curve
+from rookworld.pretrain import get_lr, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,3 +87,11 @@ def test_a_stage_from_an_exported_model_continues_its_lineage(tmp_path, syntheti
     card = (second / "MODEL_CARD.md").read_text()
     assert "1. From random weights: 2 steps" in card
     assert "2. From stage 1's weights: 4 steps" in card and "In all: 24 samples" in card
+
+
+def test_learning_rate_warms_up_then_decays_by_cosine_to_min_lr():
+    cfg = SimpleNamespace(lr=1e-3, min_lr=1e-4, warmup_steps=10, steps=110)
+    # warm-up lr * (step + 1) / warmup_steps, then min + (lr - min) * (1 + cos(pi * p)) / 2
+    # with p the share of the decay done (0 at step 10, 1/2 at 60, 1 from 110 on)
+    want = {0: 1e-4, 4: 5e-4, 9: 1e-3, 10: 1e-3, 60: 5.5e-4, 110: 1e-4, 500: 1e-4}
+    assert {s: get_lr(s, cfg) for s in want} == pytest.approx(want)
