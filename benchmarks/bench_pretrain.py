@@ -69,7 +69,7 @@ def main() -> None:
         batch = random.Random(step).sample(rows, args.batch_size)
         ids, labels = make_batch(batch, pad)
         counts.append(((labels != -100).sum().item(), ids.numel()))
-        for name, (model, opt, loss_fn, times) in impls.items():
+        for model, opt, loss_fn, times in impls.values():
             t0 = time.perf_counter()
             loss = loss_fn(model, ids, labels)
             opt.zero_grad(set_to_none=True)

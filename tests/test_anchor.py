@@ -3,12 +3,12 @@ the ground truth, and the settings it refuses."""
 
 import pytest
 import torch
+from test_engine import LengthReward
 
 from rookworld.anchor import Anchor
 from rookworld.config import ConfigError, compose
 from rookworld.data_io import read_samples
 from rookworld.train import build_engine, build_parts
-from test_engine import LengthReward
 
 
 class TiedReward(LengthReward):
