@@ -19,6 +19,7 @@ differentiate without running most of the policy's forward again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -42,8 +43,9 @@ from .forward import (
 )
 from .tape import Tape
 
-__all__ = ["KVCache", "Rollout", "SamplingSettings", "filter_logits", "group_order", "left_pad",
-           "per_task_settings", "positions_from_mask", "prefill_mask", "sample"]
+__all__ = ["KVCache", "Rollout", "SamplingSettings", "decode_tokens", "filter_logits",
+           "group_order", "left_pad", "per_task_settings", "positions_from_mask", "prefill_mask",
+           "sample"]
 
 
 # Decode with oneDNN-packed weight copies below this many rows: packing speeds up the
@@ -280,6 +282,35 @@ def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int, tape_b
     return lm_head(model, last)[index], cache, tape
 
 
+def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
+                  settings: SamplingSettings, eos_id: int, generator=None):
+    """The token loop both samplers share: logits [N,V] of the first completion token;
+    forward_one(tokens [N], t) -> the next logits. Stops when every row has ended or at
+    max_new_tokens. -> (tokens [N,T], their log-probs [N,T], ended [N], width, mask [N,w])."""
+    n, t_max, device = logits.shape[0], settings.max_new_tokens, logits.device
+    out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
+    logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    length = torch.full((n,), t_max, dtype=torch.long, device=device)
+    for t in range(t_max):
+        logits = logits.float()
+        if t < settings.min_new_tokens:
+            logits[:, eos_id] = float("-inf")
+        tok, logp = _choose(logits, settings, generator)
+        tok = torch.where(done, eos_id, tok)
+        out[:, t] = tok
+        logps[:, t] = torch.where(done, 0.0, logp)
+        ended = ~done & (tok == eos_id)
+        length = torch.where(ended, t + 1, length)
+        done |= ended
+        if bool(done.all()) or t == t_max - 1:
+            break
+        logits = forward_one(tok, t)
+    width = int(length.max())
+    comp_mask = (torch.arange(width, device=device)[None, :] < length[:, None]).long()
+    return out, logps, done, width, comp_mask
+
+
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
            generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
@@ -304,28 +335,15 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
     logits, cache, tape = prefill(model, prompt_ids, prompt_mask, t_max, tape_budget)
     packed = pack_weights(model, n) if 1 < t_max and n < PACK_BELOW_ROWS else None
     next_pos = prompt_mask.sum(-1)
-    out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
-    logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
-    done = torch.zeros(n, dtype=torch.bool, device=device)
-    length = torch.full((n,), t_max, dtype=torch.long, device=device)
-    for t in range(t_max):
-        logits = logits.float()
-        if t < settings.min_new_tokens:
-            logits[:, eos_id] = float("-inf")
-        tok, logp = _choose(logits, settings, generator)
-        tok = torch.where(done, eos_id, tok)
-        out[:, t] = tok
-        logps[:, t] = torch.where(done, 0.0, logp)
-        ended = ~done & (tok == eos_id)
-        length = torch.where(ended, t + 1, length)
-        done |= ended
-        if bool(done.all()) or t == t_max - 1:
-            break
-        logits = decode_forward(model, tok, next_pos, cache, t, packed, tape)
+
+    def forward_one(tok: Tensor, t: int) -> Tensor:
+        nonlocal next_pos
+        out = decode_forward(model, tok, next_pos, cache, t, packed, tape)
         next_pos = next_pos + 1
-    width = int(length.max())
-    steps = torch.arange(width, device=device)[None, :]
-    comp_mask = (steps < length[:, None]).long()
+        return out
+
+    out, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings, eos_id,
+                                                       generator)
     if tape is not None:
         assert tape.steps == width - 1, (tape.steps, width)
     return Rollout(prompt_ids, prompt_mask, out[:, :width], comp_mask,

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..forward import chunked, positions_from_mask
-from ..sampling import Rollout, _choose, left_pad
+from ..sampling import Rollout, decode_tokens, left_pad
 
 # Elements of [rows, T, V] float32 logits per no-grad log-prob chunk when micro_batch is 0
 # (256 MiB): a large vocabulary then never holds the whole batch's logits at once.
@@ -95,29 +95,16 @@ class HFBackend:
                     position_ids=positions_from_mask(mask), use_cache=True, logits_to_keep=1)
         logits, cache = out.logits[:, -1], out.past_key_values
         next_pos = prompt_mask.sum(-1)
-        toks = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
-        logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
-        done = torch.zeros(n, dtype=torch.bool, device=device)
-        length = torch.full((n,), t_max, dtype=torch.long, device=device)
-        for t in range(t_max):
-            logits = logits.float()
-            if t < settings.min_new_tokens:
-                logits[:, eos_id] = float("-inf")
-            tok, logp = _choose(logits, settings, generator)
-            tok = torch.where(done, eos_id, tok)
-            toks[:, t] = tok
-            logps[:, t] = torch.where(done, 0.0, logp)
-            ended = ~done & (tok == eos_id)
-            length = torch.where(ended, t + 1, length)
-            done |= ended
-            if bool(done.all()) or t == t_max - 1:
-                break
+
+        def forward_one(tok, t):
+            nonlocal mask, cache, next_pos
             mask = torch.cat([mask, mask.new_ones(n, 1)], dim=1)
             out = model(input_ids=tok[:, None], attention_mask=mask,
                         position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
-            logits, cache = out.logits[:, -1], out.past_key_values
-            next_pos = next_pos + 1
-        width = int(length.max())
-        comp_mask = (torch.arange(width, device=device)[None, :] < length[:, None]).long()
+            cache, next_pos = out.past_key_values, next_pos + 1
+            return out.logits[:, -1]
+
+        toks, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings,
+                                                            eos_id, generator)
         return Rollout(prompt_ids, prompt_mask, toks[:, :width], comp_mask,
                        logps[:, :width] * comp_mask, ~done)
