@@ -56,3 +56,5 @@ def test_interrupted_label_cache_resumes(tmp_path):
     again = run(_cfg(tmp_path / "b", tmp_path / "cache"))
     assert again["timing"]["labelled"] == 1
     assert (tmp_path / "a/train.jsonl.gz").read_bytes() == (tmp_path / "b/train.jsonl.gz").read_bytes()
+    # the label written after the cut starts on a line of its own: the cache is whole again
+    assert run(_cfg(tmp_path / "c", tmp_path / "cache"))["timing"]["labelled"] == 0

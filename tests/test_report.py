@@ -74,6 +74,15 @@ def test_report_markdown_by_hand(run_dir):
         assert (run_dir / "report" / f"{name}.png").stat().st_size > 10_000
 
 
+def test_the_speed_line_is_the_median_step_time(run_dir):
+    """One slow step (a first step building its kernels, say) moves the mean, not the median
+    the header reports: 3, 4, 5 and 60 s give 4.5 s (the mean would be 18 s)."""
+    run = report.load_run(run_dir)
+    run.train[0]["time/step_s"] = 60.0
+    assert "- Logged: 4 training steps, 3 evaluations, median 4.5 s per step" \
+        in report.markdown(run, [])
+
+
 def test_train_table_window(run_dir):
     lines = report.train_table(report.load_run(run_dir), window=2)
     # first two rows: kl 0, 0.01 -> 0.005; last two: 0.02, 0.03 -> 0.025

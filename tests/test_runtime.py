@@ -39,3 +39,11 @@ def test_choose_allocator_records_its_choices(restored, monkeypatch):
     assert runtime.choose_allocator(512, 10, torch.device("meta")) == 0  # CPU only
     with pytest.raises(ValueError, match="mmap_threshold_kib"):
         runtime.choose_allocator(-1, 10, cpu)
+
+
+def test_setup_starts_a_new_allocator_record(restored):
+    """Choices made before setup (an earlier run in this process) are not reported as this
+    run's."""
+    runtime.choose_allocator(0, 10, torch.device("cpu"))  # 0: glibc left alone
+    assert runtime.describe()["allocator"]["mmap_threshold_kib"] == 0
+    assert runtime.setup("blas")["allocator"] == {}
