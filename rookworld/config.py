@@ -159,6 +159,12 @@ def _check_backend(cfg: DictConfig) -> None:
     if cfg.get("recompute_activations") and (backend == "hf" or hf_model):
         raise ConfigError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
                           "runs transformers' forward as it is); set it to false")
+    amp = cfg.get("autocast", "auto")
+    if amp not in ("auto", "bf16", "off"):
+        raise ConfigError(f"autocast must be auto, bf16 or off, got {amp!r}")
+    if amp == "bf16" and backend == "fast_gpt2":
+        raise ConfigError("backend=fast_gpt2 runs float32 only; autocast=bf16 needs backend=hf "
+                          "or auto")
 
 
 def _locate(target: str, key: str):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from . import backends, grpo
+from . import backends, grpo, precision
 from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
 from .distributed import DistContext
@@ -61,7 +61,10 @@ class GRPOEngine:
         self.dist = dist
         self.release_memory = s.release_memory
         self.device = dist.device if dist else torch.device(s.device)
-        self.backend = backends.resolve(s.backend, policy.model, self.device)
+        self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
+        self.amp = precision.autocast_dtype(s.autocast, self.device)
+        self.ref_amp = precision.autocast_dtype(s.autocast, self.ref_device)
+        self.backend = backends.resolve(s.backend, policy.model, self.device, self.amp)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
@@ -74,7 +77,7 @@ class GRPOEngine:
                 forward_sync_buffers=False)
         self.ref = None
         if s.use_reference:
-            self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.ref = copy.deepcopy(self.model).requires_grad_(False).eval().to(self.ref_device)
         self.optim = optim
         self.optimizer, self.scheduler = optim.build(
             [p for p in self.model.parameters() if p.requires_grad], s.total_steps)
@@ -96,8 +99,9 @@ class GRPOEngine:
             idx = [i for i, s in enumerate(rows) if s.task == task]
             settings = self.sampling[task]
             prompts = [self.policy.encode_prompt(rows[i].prompt) for i in idx]
-            r = self.backend.sample(self.model, prompts, settings, self.policy.eos_id,
-                                    self._generator(step, salt), tape_budget=budget)
+            with precision.autocast(self.amp, self.device):
+                r = self.backend.sample(self.model, prompts, settings, self.policy.eos_id,
+                                        self._generator(step, salt), tape_budget=budget)
             # a task without its tape: no later one keeps one (the update uses all or none)
             budget = budget - sum(tape.nbytes for _, tape in r.tapes) if r.tapes else 0
             parts.append((idx, r))
@@ -179,14 +183,21 @@ class GRPOEngine:
         # without gradients a forward holds one layer's activations at a time and the
         # log-softmax is chunked by vocabulary anyway: auto runs the whole batch at once
         rows = 0 if self.micro_batch == "auto" else self.micro_batch
-        return self.backend.logprobs(self.ref, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                                     temps, rows) * r.completion_mask
+        with precision.autocast(self.ref_amp, self.ref_device):
+            lp = self.backend.logprobs(self.ref, *self._on_ref_device(
+                r.prompt_ids, r.prompt_mask, r.completion_ids, temps), rows)
+        return lp.to(self.device) * r.completion_mask
+
+    def _on_ref_device(self, *tensors: Tensor) -> tuple[Tensor, ...]:
+        return tuple(x.to(self.ref_device) for x in tensors)
 
     # ----------------------------------------------------------------- update
     def _forward(self, b: Batch, rows: slice):
         r = b.rollout
-        logits = self.logits_fn(r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows])
-        return logits / b.temperature[rows, None, None]
+        with precision.autocast(self.amp, self.device):
+            logits = self.logits_fn(r.prompt_ids[rows], r.prompt_mask[rows],
+                                    r.completion_ids[rows])
+        return logits.float() / b.temperature[rows, None, None]
 
     def _micro_slices(self, r: Rollout) -> list[slice]:
         n, size = r.completion_ids.shape[0], self._chunk_rows(r)
@@ -255,10 +266,10 @@ class GRPOEngine:
         if self.kl_estimator not in grpo.FULL_ESTIMATORS:
             return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
         r = b.rollout
-        with torch.no_grad():
-            ref_logits = self.backend.logits_module(self.ref)(
-                r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows])
-        ref_logits = ref_logits / b.temperature[rows, None, None]
+        with torch.no_grad(), precision.autocast(self.ref_amp, self.ref_device):
+            ref_logits = self.backend.logits_module(self.ref)(*self._on_ref_device(
+                r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows]))
+        ref_logits = ref_logits.float().to(self.device) / b.temperature[rows, None, None]
         want = grpo.FULL_ESTIMATORS[self.kl_estimator]
         kl_tok = grpo.kl_full(logits, ref_logits, want)
         with torch.no_grad():
@@ -303,7 +314,8 @@ class GRPOEngine:
                     if it == 0:
                         agg = defaultdict(float, self.dist.sum_floats(agg))
                 if self.anchor and b.anchor:  # the same samples on every rank: same gradient
-                    ce = self.anchor.loss(self.policy, b.anchor, self.device)
+                    with precision.autocast(self.amp, self.device):
+                        ce = self.anchor.loss(self.policy, b.anchor, self.device)
                     (self.anchor.coef * ce).backward()
                     total += self.anchor.coef * float(ce.detach())
                     if it == 0:
@@ -360,7 +372,7 @@ class GRPOEngine:
         if self.ref is None or not self.ref_sync_every or (step + 1) % self.ref_sync_every:
             return
         for pr, pp in zip(self.ref.parameters(), self.model.parameters()):
-            pr.mul_(1 - self.ref_sync_alpha).add_(pp, alpha=self.ref_sync_alpha)
+            pr.mul_(1 - self.ref_sync_alpha).add_(pp.to(pr.device), alpha=self.ref_sync_alpha)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -32,7 +32,9 @@ class EngineSettings:
     it (0 = always all of it; under DDP the ranks' gradients are then averaged by
     `DistContext.average_gradients`, as DDP's hooks only follow its own forward); backend:
     auto | fast_gpt2 | hf, what runs the model (`backends.resolve`; the rollout tape and
-    recompute_activations are fast_gpt2's)."""
+    recompute_activations are fast_gpt2's); autocast: auto | bf16 | off, mixed precision of
+    the model's matrix products on each device (`precision.autocast_dtype`);
+    reference_device: where the frozen reference runs (None: with the policy)."""
 
     num_generations: int
     total_steps: int
@@ -53,6 +55,8 @@ class EngineSettings:
     recompute_activations: bool = False
     rollout_tape_mib: int = 256
     backend: str = "auto"
+    autocast: str = "auto"
+    reference_device: str | None = None
 
     def __post_init__(self):
         mb, tokens = self.micro_batch, self.micro_batch_tokens

@@ -8,9 +8,9 @@ Schedules are multipliers of the peak lr, pure functions of the 0-based optimise
 Warmup is linear, (step + 1) / (warmup_steps + 1), so step 0 already learns.
 total_steps is usually left out of the YAML: AdamWSpec.build(params, total_steps) fills it.
 
-AdamW runs on fp32 weights: the engine keeps every parameter in float32 (no autocast or
-other mixed precision is implemented), because an optimiser stepping bf16 weights rounds
-small updates to zero. build() refuses non-fp32 parameters.
+AdamW runs on fp32 weights, because an optimiser stepping bf16 weights rounds small updates
+to zero; mixed precision is autocast over them (`precision.py`). build() refuses non-fp32
+parameters.
 """
 
 from __future__ import annotations

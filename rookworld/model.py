@@ -5,8 +5,8 @@ The model here is `gpt2.GPT2LMHeadModel` (the hub layout without transformers' m
 classes; any other causal LM loads through `backends.hub.load_hf`); tokenizers are
 transformers' fast tokenizers. Every loader sets dropout to 0 in the config
 (the model has no dropout: policy and reference agree at step 0) and keeps weights in fp32
-(load_hf: in model.dtype), which the optimiser steps directly (no autocast or other mixed
-precision is implemented).
+(load_hf: in model.dtype), which the optimiser steps directly; mixed precision is autocast
+over float32 weights (`precision.py`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from . import forward_matmul, runtime
+from . import forward_matmul, precision, runtime
 from .batch import peak_memory_mb
 from .checkpoint import (
     RUN_CONFIG,
@@ -121,7 +121,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
         release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        backend=cfg.backend)
+        backend=cfg.backend, autocast=cfg.autocast, reference_device=cfg.reference.device)
     return GRPOEngine(policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
                       kl=p.kl, optim=p.optim, sampling=p.sampling, settings=settings,
                       dist=dist, anchor=p.anchor)
@@ -262,7 +262,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     try:
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
-        record_backend(cfg, engine.backend.name, run_dir, main)
+        record_choices(cfg, {"backend": engine.backend.name,
+                             "autocast": precision.name(engine.amp)}, run_dir, main)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
@@ -291,12 +292,13 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
 
 
-def record_backend(cfg: DictConfig, name: str, run_dir: Path, main: bool) -> None:
-    """Print the backend that runs the model and name it in the run's saved config (auto
-    resolved), which a resume then keeps."""
-    print(f"[rookworld] backend: {name}", flush=True)
-    if cfg.backend != name:
-        cfg.backend = name
+def record_choices(cfg: DictConfig, chosen: dict, run_dir: Path, main: bool) -> None:
+    """Print what runs the model (backend, autocast) and write it into the run's saved
+    config with auto resolved, which a resume then keeps."""
+    print("[rookworld] " + ", ".join(f"{k}: {v}" for k, v in chosen.items()), flush=True)
+    if any(cfg[k] != v for k, v in chosen.items()):
+        for k, v in chosen.items():
+            cfg[k] = v
         if main and not cfg.resume:
             atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
 

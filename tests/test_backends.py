@@ -37,12 +37,17 @@ def test_auto_picks_fast_gpt2_for_rookworlds_gpt2_on_cpu_and_hf_otherwise(gpt2_d
     assert backends.resolve("auto", hf, "cpu").name == "hf"
     with pytest.raises(ValueError, match="fast_gpt2 runs rookworld's own GPT-2"):
         backends.resolve("fast_gpt2", hf, "cpu")
+    assert backends.resolve("auto", own, "cpu", torch.bfloat16).name == "hf"  # autocast on
+    with pytest.raises(ValueError, match="float32 only"):
+        backends.resolve("fast_gpt2", own, "cpu", torch.bfloat16)
 
 
 @pytest.mark.parametrize("overrides,key", [
     (["backend=vllm"], "backend must be"),
     (["model=hf", "model.path=x/y", "backend=fast_gpt2"], "backend=fast_gpt2"),
     (["model=hf", "model.path=x/y", "recompute_activations=true"], "recompute_activations"),
+    (["autocast=fp16"], "autocast must be"),
+    (["backend=fast_gpt2", "autocast=bf16"], "float32 only"),
 ])
 def test_backend_settings_fail_before_any_model(overrides, key):
     with pytest.raises(ConfigError, match=key):
@@ -114,6 +119,27 @@ def test_hf_gives_the_fast_paths_logprobs_and_loss_gradient(tiny_overrides, gpt2
     assert grads["hf"].keys() == grads["fast_gpt2"].keys()
     for k, g in grads["fast_gpt2"].items():
         torch.testing.assert_close(grads["hf"][k], g, atol=1e-6, rtol=1e-4, msg=k)
+
+
+def test_bf16_autocast_runs_the_matrix_products_in_bf16_over_float32_weights(tiny_overrides):
+    """autocast=bf16 on CPU: the hf backend runs (auto), the weights and optimiser stay
+    float32, and the reference log-probs move by bf16 rounding only."""
+    cfg = compose(tiny_overrides)
+    engines = {amp: build_engine(c, build_parts(c), LengthReward())
+               for amp, c in (("off", cfg), ("bf16", compose(tiny_overrides + ["autocast=bf16"])))}
+    e = engines["bf16"]
+    assert (e.backend.name, e.amp) == ("hf", torch.bfloat16)
+    assert engines["off"].amp is None
+    train = read_samples(cfg.data.train)
+    b = e.rollout(build_parts(cfg).task_mix.draw(
+        {t: [s for s in train if s.task == t] for t in "PA"}, 2, 0, 0), 0)
+    m = e.update(b, 0)
+    assert all(p.dtype == torch.float32 for p in e.model.parameters())
+    assert torch.isfinite(torch.tensor(m["loss/total"])) and m["optim/grad_norm"] > 0
+    exact = engines["off"]._ref_logprobs(b.rollout, b.temperature)
+    mixed = e._ref_logprobs(b.rollout, b.temperature)
+    diff = (mixed - exact).abs().max()
+    assert 0 < diff < 0.25, diff  # bf16 has 8 bits of mantissa: not exact, not far
 
 
 def _tiny_family(kind: str, directory):
