@@ -1,15 +1,15 @@
 """Optimisations change speed, not results: the same seed gives the same samples and
-the same losses as the unoptimised engine.
+the same losses on the fast backend (shared prompt passes, rollout tape, native kernels) as
+on the plain one (`backend=hf`: transformers' GPT-2, every row's own full forward).
 
-tests/data/perf_golden.json holds that engine's output (commit 3d700dc: HF forward for
-the loss and the reference, full prompt prefill per row); it is never re-recorded to
-make a test pass. Sampled ids
-and masks must match exactly; log-probs, losses and norms to float32 rounding
-(the fast path shares each prompt's forward among its G rows and sums in a
-different order).
+tests/data/perf_golden.json holds the plain engine's output, recorded from the current
+code by
 
-Record (only with the pre-optimisation engine): ROOKWORLD_RECORD_GOLDEN=1 pytest
-tests/test_perf_equivalence.py
+    ROOKWORLD_RECORD_GOLDEN=1 pytest tests/test_perf_equivalence.py
+
+(recording runs backend=hf only); both backends are checked against it. Sampled ids and
+masks must match exactly; log-probs, losses and norms to float32 rounding (the fast path
+shares each prompt's forward among its G rows and sums in a different order).
 """
 
 import json
@@ -86,9 +86,12 @@ def overrides(tiny_overrides):
                              "sampler.per_task.A.max_new_tokens=16"]
 
 
+@pytest.mark.parametrize("backend", ["fast_gpt2", "hf"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_same_seed_same_samples_and_losses_as_before(name, overrides):
-    got = _run(overrides + SCENARIOS[name])
+def test_same_seed_same_samples_and_losses_as_the_plain_engine(name, backend, overrides):
+    if RECORD and backend != "hf":
+        pytest.skip("the golden file is the plain engine's (backend=hf)")
+    got = _run(overrides + SCENARIOS[name] + [f"backend={backend}"])
     if RECORD:
         golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
         golden[name] = got
