@@ -293,10 +293,8 @@ def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
     done = torch.zeros(n, dtype=torch.bool, device=device)
     length = torch.full((n,), t_max, dtype=torch.long, device=device)
     for t in range(t_max):
-        logits = logits.float()
-        if t < settings.min_new_tokens:
-            logits[:, eos_id] = float("-inf")
-        tok, logp = _choose(logits, settings, generator)
+        banned = eos_id if t < settings.min_new_tokens else None
+        tok, logp = _choose(logits.float(), settings, generator, banned)
         tok = torch.where(done, eos_id, tok)
         out[:, t] = tok
         logps[:, t] = torch.where(done, 0.0, logp)
@@ -355,15 +353,21 @@ class NonFiniteLogits(FloatingPointError):
     """The policy's logits hold inf or NaN: its weights diverged."""
 
 
-def _choose(logits: Tensor, s: SamplingSettings, generator) -> tuple[Tensor, Tensor]:
-    """logits [N,V] -> (token [N], its policy log-prob [N]). Raises NonFiniteLogits when
-    sampling meets inf/NaN logits (checked only when torch refuses to sample: no cost
-    on the normal path)."""
-    if s.temperature == 0:
-        tok = logits.argmax(-1)
-        return tok, logits.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
-    scaled = logits / s.temperature
+def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None = None
+            ) -> tuple[Tensor, Tensor]:
+    """logits [N,V] -> (token [N], its policy log-prob [N]). The log-prob is under logits /
+    temperature before any filter (top-k, top-p, the `banned` id that min_new_tokens
+    holds back), as the update's teacher-forced forward computes it, so the policy ratio
+    starts at 1. Raises NonFiniteLogits when sampling meets inf/NaN logits (checked only
+    when torch refuses to sample: no cost on the normal path)."""
+    scaled = logits / s.temperature if s.temperature else logits
     logp_all = scaled.log_softmax(-1)
+    if banned is not None:
+        scaled = scaled.clone()
+        scaled[:, banned] = float("-inf")
+    if s.temperature == 0:
+        tok = scaled.argmax(-1)
+        return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
     probs = filter_logits(scaled, s.top_k, s.top_p).softmax(-1)
     try:
         tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
