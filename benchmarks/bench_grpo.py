@@ -79,7 +79,7 @@ def overrides(a) -> list[str]:
             f"release_memory={str(a.release_memory).lower()}",
             f"mmap_threshold_kib={a.mmap_threshold_kib}",
             f"recompute_activations={str(a.recompute_activations).lower()}",
-            f"rollout_tape_mib={a.rollout_tape_mib}"]
+            f"rollout_tape_mib={a.rollout_tape_mib}", f"backend={a.backend}"]
 
 
 def prompt_draws(a, extra: tuple = ()):
@@ -282,6 +282,8 @@ def main() -> None:
                    help="rookworld rollout_tape_mib: the update differentiates the rollout's "
                         "kept forward when it fits in this many MiB (0 = runs its own)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
+    p.add_argument("--backend", choices=["auto", "fast_gpt2", "hf"], default="auto",
+                   help="rookworld's policy backend (auto: fast_gpt2 on CPU)")
     p.add_argument("--ablate", action="store_true",
                    help="rookworld only: each optimisation off alone (ABLATIONS), side by side")
     p.add_argument("--only", default="",
