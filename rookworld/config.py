@@ -129,11 +129,17 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
     if not str(cfg.device).startswith(("cpu", "cuda")):
         raise ConfigError(f"device must be cpu, cuda or cuda:N, got {cfg.device!r}")
-    if str(cfg.device).startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={cfg.device}: this torch build or machine has no CUDA "
-                              "device (torch.cuda.is_available() is False); use device=cpu")
+    for key, dev in (("device", cfg.device), ("reference.device",
+                                               (cfg.get("reference") or {}).get("device"))):
+        if dev is None and key == "reference.device":
+            continue  # with the policy
+        if not str(dev).startswith(("cpu", "cuda")):
+            raise ConfigError(f"{key} must be cpu, cuda or cuda:N, got {dev!r}")
+        if str(dev).startswith("cuda"):
+            import torch
+            if not torch.cuda.is_available():
+                raise ConfigError(f"{key}={dev}: this torch build or machine has no CUDA "
+                                  "device (torch.cuda.is_available() is False); use cpu")
     sampler = cfg.get("sampler") or {}
     for task, over in {"": sampler, **{f"per_task.{t}.": v for t, v in
                                          (sampler.get("per_task") or {}).items()}}.items():
@@ -156,10 +162,11 @@ def _check_backend(cfg: DictConfig) -> None:
     if backend == "fast_gpt2" and hf_model:
         raise ConfigError("backend=fast_gpt2 runs rookworld's own GPT-2 only; model=hf needs "
                           "backend=hf or auto")
-    if cfg.get("recompute_activations") and (backend == "hf" or hf_model):
+    amp, on_gpu = cfg.get("autocast", "auto"), str(cfg.get("device", "cpu")).startswith("cuda")
+    runs_hf = backend == "hf" or hf_model or (backend == "auto" and (amp == "bf16" or on_gpu))
+    if cfg.get("recompute_activations") and runs_hf:
         raise ConfigError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
                           "runs transformers' forward as it is); set it to false")
-    amp = cfg.get("autocast", "auto")
     if amp not in ("auto", "bf16", "off"):
         raise ConfigError(f"autocast must be auto, bf16 or off, got {amp!r}")
     if amp == "bf16" and backend == "fast_gpt2":

@@ -62,8 +62,10 @@ class GRPOEngine:
         self.release_memory = s.release_memory
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
-        self.amp = precision.autocast_dtype(s.autocast, self.device)
-        self.ref_amp = precision.autocast_dtype(s.autocast, self.ref_device)
+        # one precision for the run, from the policy's device (fast_gpt2 runs float32 only)
+        self.amp = None if s.backend == "fast_gpt2" and s.autocast == "auto" else \
+            precision.autocast_dtype(s.autocast, self.device)
+        self.ref_amp = self.amp
         self.backend = backends.resolve(s.backend, policy.model, self.device, self.amp)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
@@ -124,6 +126,8 @@ class GRPOEngine:
         rows = [s for s in samples for _ in range(self.G)]
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
+        if self.amp is not None:  # the sampler's cached steps round differently under autocast:
+            r.logprobs = self._old_logprobs(r, temps)  # the update's own pass, so the ratio is 1
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         loss_mask = r.completion_mask.float()
@@ -187,6 +191,13 @@ class GRPOEngine:
             lp = self.backend.logprobs(self.ref, *self._on_ref_device(
                 r.prompt_ids, r.prompt_mask, r.completion_ids, temps), rows)
         return lp.to(self.device) * r.completion_mask
+
+    def _old_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
+        rows = 0 if self.micro_batch == "auto" else self.micro_batch
+        with precision.autocast(self.amp, self.device):
+            lp = self.backend.logprobs(self.model, r.prompt_ids, r.prompt_mask,
+                                       r.completion_ids, temps, rows)
+        return lp * r.completion_mask
 
     def _on_ref_device(self, *tensors: Tensor) -> tuple[Tensor, ...]:
         return tuple(x.to(self.ref_device) for x in tensors)

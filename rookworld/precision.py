@@ -1,10 +1,13 @@
 """Mixed precision: the `autocast` setting resolved per device, and the context that applies it.
 
-auto: bfloat16 autocast on a CUDA device that supports it, none elsewhere (the CPU path
-keeps float32: its native kernels and matrix library are tuned for it). bf16: bfloat16
-autocast on every device of the run, CPU included. off: float32 throughout. Weights,
+auto: bfloat16 autocast when the policy is on a CUDA device with native bf16 (compute
+capability 8+), none elsewhere (the CPU path keeps float32: its native kernels and matrix
+library are tuned for it). bf16: bfloat16 autocast on every device of the run, CPU
+included. off: float32 throughout. The reference runs at the policy's precision. Weights,
 optimiser state and the loss's log-softmax stay float32 in every case; only the matrix
-products run in bfloat16 (`torch.autocast`), so no gradient scaling is needed.
+products run in bfloat16 (`torch.autocast`), so no gradient scaling is needed. Under
+autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
+update computes them, so the policy ratio starts at 1.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def autocast_dtype(setting: str, device) -> torch.dtype | None:
         return None
     if setting == "bf16":
         return torch.bfloat16
-    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and torch.cuda.is_available() and \
+            torch.cuda.get_device_capability(device)[0] >= 8:
         return torch.bfloat16
     return None
 

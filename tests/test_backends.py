@@ -47,6 +47,7 @@ def test_auto_picks_fast_gpt2_for_rookworlds_gpt2_on_cpu_and_hf_otherwise(gpt2_d
     (["model=hf", "model.path=x/y", "backend=fast_gpt2"], "backend=fast_gpt2"),
     (["model=hf", "model.path=x/y", "recompute_activations=true"], "recompute_activations"),
     (["autocast=fp16"], "autocast must be"),
+    (["autocast=bf16", "recompute_activations=true"], "recompute_activations"),
     (["backend=fast_gpt2", "autocast=bf16"], "float32 only"),
 ])
 def test_backend_settings_fail_before_any_model(overrides, key):
@@ -122,7 +123,8 @@ def test_hf_gives_the_fast_paths_logprobs_and_loss_gradient(tiny_overrides, gpt2
 
 def test_bf16_autocast_runs_the_matrix_products_in_bf16_over_float32_weights(tiny_overrides):
     """autocast=bf16 on CPU: the hf backend runs (auto), the weights and optimiser stay
-    float32, and the reference log-probs move by bf16 rounding only."""
+    float32, the policy ratio starts at 1, and the reference log-probs move by bf16 rounding
+    only."""
     cfg = compose(tiny_overrides)
     engines = {amp: build_engine(c, build_parts(c), LengthReward())
                for amp, c in (("off", cfg), ("bf16", compose(tiny_overrides + ["autocast=bf16"])))}
@@ -135,6 +137,8 @@ def test_bf16_autocast_runs_the_matrix_products_in_bf16_over_float32_weights(tin
     m = e.update(b, 0)
     assert all(p.dtype == torch.float32 for p in e.model.parameters())
     assert torch.isfinite(torch.tensor(m["loss/total"])) and m["optim/grad_norm"] > 0
+    # the old log-probs come from the update's own teacher-forced pass: the ratio starts at 1
+    assert m["policy/ratio_max"] == pytest.approx(1.0, abs=1e-4)
     exact = engines["off"]._ref_logprobs(b.rollout, b.temperature)
     mixed = e._ref_logprobs(b.rollout, b.temperature)
     diff = (mixed - exact).abs().max()

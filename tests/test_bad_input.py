@@ -86,6 +86,7 @@ CONFIG_CASES = [
     # unknown options, groups and keys
     (["data.on_defect=ignore"], "data.on_defect"),
     (["device=tpu"], "device"),
+    (["reference.device=gpu"], "reference.device"),
     (["guard.kl.estimator=k7"], "guard.kl.estimator"),
     (["logger=wandb", "logger.wandb.mode=foo"], "logger.wandb.mode"),
     (["kl=foo"], "kl"),
@@ -305,8 +306,10 @@ def test_run_directory_without_write_permission(tiny_overrides, tmp_path, no_mod
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_device_cuda_without_cuda_is_refused_naming_the_key(tiny_overrides):
-    with pytest.raises(ConfigError, match=r"device=cuda: .*no CUDA device.*device=cpu"):
+    with pytest.raises(ConfigError, match=r"^device=cuda: .*no CUDA device.*use cpu"):
         build_parts(compose([*tiny_overrides, "device=cuda"]))
+    with pytest.raises(ConfigError, match=r"^reference.device=cuda:1: .*no CUDA device"):
+        build_parts(compose([*tiny_overrides, "reference.device=cuda:1"]))
 
 
 @pytest.mark.parametrize("arg", ["eval_per_task=0", "+eval_per_task=3"])

@@ -339,6 +339,7 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_value(tiny_overri
     run(cfg, tmp_path)
     saved = OmegaConf.load(tmp_path / "run_config.yaml")
     del saved["anchor"], saved["optim"]["eps"]  # a setting, and a key of a node, added later
+    del saved["reference"]["device"]  # a key of a settings group without a class
     (tmp_path / "run_config.yaml").write_text(OmegaConf.to_yaml(saved))
     args = ["model=tiny_random", f"resume={tmp_path}", "kl=warmup_fixed"]
     resumed, _ = resolve_resume(compose(args), args)
@@ -346,6 +347,8 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_value(tiny_overri
     # a node of another class keeps its own keys: no warmup_steps in the run's adaptive KL
     assert resumed.kl._target_ == cfg.kl._target_ and "warmup_steps" not in resumed.kl
     assert "predates setting(s) anchor, optim.eps;" in capsys.readouterr().out
+    from rookworld.config import instantiate
+    build_engine(resumed, build_parts(resumed), instantiate(resumed.reward))  # builds as before
 
 
 def test_resume_without_steps_keeps_the_runs_own_total(tiny_overrides, tmp_path):
