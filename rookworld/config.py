@@ -127,8 +127,6 @@ def validate(cfg: DictConfig) -> None:
     _check_backend(cfg)
     if cfg.data.on_defect not in ("drop", "relabel"):
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
-    if not str(cfg.device).startswith(("cpu", "cuda")):
-        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {cfg.device!r}")
     for key, dev in (("device", cfg.device), ("reference.device",
                                                (cfg.get("reference") or {}).get("device"))):
         if dev is None and key == "reference.device":

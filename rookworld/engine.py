@@ -64,8 +64,7 @@ class GRPOEngine:
         self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
         # one precision for the run, from the policy's device (fast_gpt2 runs float32 only)
         self.amp = None if s.backend == "fast_gpt2" and s.autocast == "auto" else \
-            precision.autocast_dtype(s.autocast, self.device)
-        self.ref_amp = self.amp
+            precision.autocast_dtype(s.autocast, self.device)  # the reference's too
         self.backend = backends.resolve(s.backend, policy.model, self.device, self.amp)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
@@ -127,14 +126,14 @@ class GRPOEngine:
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
         if self.amp is not None:  # the sampler's cached steps round differently under autocast:
-            r.logprobs = self._old_logprobs(r, temps)  # the update's own pass, so the ratio is 1
+            r.logprobs = self._logprobs(self.model, r, temps)  # the update's pass: ratio 1
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
                 self.device)
-        ref_lp = self._ref_logprobs(r, temps) if self.ref is not None else None
+        ref_lp = self._logprobs(self.ref, r, temps) if self.ref is not None else None
         t3 = time.perf_counter()
         m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
@@ -183,21 +182,17 @@ class GRPOEngine:
         return micro_batch_rows(n, self.G, r.prompt_ids.shape[1], r.completion_ids.shape[1],
                                 self.model.config.vocab_size, self.micro_batch_tokens)
 
-    def _ref_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
+    def _logprobs(self, model, r: Rollout, temps: Tensor) -> Tensor:
+        """No-grad log-probs of the rollout's completions under `model` (the reference, or
+        the policy under autocast), on the model's device, returned on the policy's."""
         # without gradients a forward holds one layer's activations at a time and the
         # log-softmax is chunked by vocabulary anyway: auto runs the whole batch at once
         rows = 0 if self.micro_batch == "auto" else self.micro_batch
-        with precision.autocast(self.ref_amp, self.ref_device):
-            lp = self.backend.logprobs(self.ref, *self._on_ref_device(
-                r.prompt_ids, r.prompt_mask, r.completion_ids, temps), rows)
+        device = next(model.parameters()).device
+        with precision.autocast(self.amp, device):
+            lp = self.backend.logprobs(model, *(x.to(device) for x in (
+                r.prompt_ids, r.prompt_mask, r.completion_ids, temps)), rows)
         return lp.to(self.device) * r.completion_mask
-
-    def _old_logprobs(self, r: Rollout, temps: Tensor) -> Tensor:
-        rows = 0 if self.micro_batch == "auto" else self.micro_batch
-        with precision.autocast(self.amp, self.device):
-            lp = self.backend.logprobs(self.model, r.prompt_ids, r.prompt_mask,
-                                       r.completion_ids, temps, rows)
-        return lp * r.completion_mask
 
     def _on_ref_device(self, *tensors: Tensor) -> tuple[Tensor, ...]:
         return tuple(x.to(self.ref_device) for x in tensors)
@@ -277,7 +272,7 @@ class GRPOEngine:
         if self.kl_estimator not in grpo.FULL_ESTIMATORS:
             return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
         r = b.rollout
-        with torch.no_grad(), precision.autocast(self.ref_amp, self.ref_device):
+        with torch.no_grad(), precision.autocast(self.amp, self.ref_device):
             ref_logits = self.backend.logits_module(self.ref)(*self._on_ref_device(
                 r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows]))
         ref_logits = ref_logits.float().to(self.device) / b.temperature[rows, None, None]

@@ -355,16 +355,13 @@ class NonFiniteLogits(FloatingPointError):
 
 def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None = None
             ) -> tuple[Tensor, Tensor]:
-    """logits [N,V] -> (token [N], its policy log-prob [N]). The log-prob is under logits /
-    temperature before any filter (top-k, top-p, the `banned` id that min_new_tokens
-    holds back), as the update's teacher-forced forward computes it, so the policy ratio
-    starts at 1. Raises NonFiniteLogits when sampling meets inf/NaN logits (checked only
-    when torch refuses to sample: no cost on the normal path)."""
+    """logits [N,V] -> (token [N], its log-prob [N] under logits / temperature before any
+    filter: top-k, top-p, the `banned` id of min_new_tokens; as the update computes it).
+    Raises NonFiniteLogits when torch refuses to sample inf/NaN logits (no normal-path cost)."""
     scaled = logits / s.temperature if s.temperature else logits
     logp_all = scaled.log_softmax(-1)
-    if banned is not None:
-        scaled = scaled.clone()
-        scaled[:, banned] = float("-inf")
+    if banned is not None:  # out of place: logits may be the caller's tensor
+        scaled = scaled.index_fill(-1, torch.tensor([banned], device=scaled.device), -torch.inf)
     if s.temperature == 0:
         tok = scaled.argmax(-1)
         return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
