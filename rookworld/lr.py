@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -149,8 +150,10 @@ class AdamWSpec:
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
         # the fused kernel (CPU and CUDA): one pass over each tensor instead of a dozen
-        # elementwise ops (figures: benchmarks/README.md)
-        fused = all(p.device.type in ("cpu", "cuda") for p in params)
+        # elementwise ops (figures: benchmarks/README.md); ROOKWORLD_FUSED_ADAMW=0 is the
+        # benchmarks' switch for torch's default form
+        fused = (os.environ.get("ROOKWORLD_FUSED_ADAMW", "1") != "0"
+                 and all(p.device.type in ("cpu", "cuda") for p in params))
         opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=self.lr,
                                 betas=self.betas, eps=self.eps, fused=fused or None)
         schedule = dataclasses.replace(self.schedule, total_steps=total_steps)

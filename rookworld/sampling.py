@@ -19,6 +19,7 @@ differentiate without running most of the policy's forward again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,8 +51,9 @@ __all__ = ["KVCache", "Rollout", "SamplingSettings", "decode_tokens", "filter_lo
 
 # Decode with oneDNN-packed weight copies below this many rows: packing speeds up the
 # products of 16-32 rows and buys nothing at 64, where the copy (one more set of weights
-# in memory) is not worth holding (benchmarks/README.md).
-PACK_BELOW_ROWS = 64
+# in memory) is not worth holding (benchmarks/README.md). ROOKWORLD_PACK_BELOW_ROWS=0
+# never packs: the benchmarks' switch.
+PACK_BELOW_ROWS = int(os.environ.get("ROOKWORLD_PACK_BELOW_ROWS", "64"))
 
 # Prompt batches are left-padded to a multiple of this width (SamplingSettings): the
 # tensors of a step (prefill, KV cache, tape, reference pass, update) then come in a few
