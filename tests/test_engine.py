@@ -117,7 +117,7 @@ def test_release_memory_changes_memory_not_results(tiny_overrides, backend, monk
                                + [f"release_memory={str(release).lower()}"],
                                lambda batch, m: (batch.rollout.completion_ids.tolist(),
                                                  m["loss/total"], m["kl/k3"])))
-        assert len(calls) == (4 if release else 0)
+        assert bool(calls) == release  # the trim runs only when asked for
     assert runs[0] == runs[1]
 
 
@@ -302,7 +302,7 @@ def test_mmap_threshold_is_set_through_glibc_or_not_at_all():
     assert out == ["False", str(platform.libc_ver()[0] == "glibc")]
 
 
-@pytest.mark.parametrize("setting, kept", [("auto", 1), (0, 0), (512, 0)])
+@pytest.mark.parametrize("setting, kept", [("auto", True), (0, False), (512, False)])
 def test_auto_keeps_freed_heap_for_small_models(tiny_overrides, monkeypatch, setting, kept):
     """Under auto a model below AUTO_MMAP_MIN_PARAMS keeps freed heap memory for reuse;
     an explicit setting leaves that alone."""
@@ -311,7 +311,7 @@ def test_auto_keeps_freed_heap_for_small_models(tiny_overrides, monkeypatch, set
     calls = []
     monkeypatch.setattr(runtime, "keep_freed_heap", lambda: calls.append(1))
     _two_steps(tiny_overrides + [f"mmap_threshold_kib={setting}"], lambda batch, m: None)
-    assert len(calls) == kept
+    assert bool(calls) == kept
     assert runtime.describe()["allocator"]["update_mmap_kib"] == (0 if kept else setting)
 
 

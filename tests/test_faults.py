@@ -519,6 +519,12 @@ def test_three_processes_started_together_write_identical_weights(tiny_overrides
 
 # ------------------------------------------------------------- the engine pool
 
+def _cpu_ticks(pid: int) -> int:
+    """User plus system CPU clock ticks the process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def test_engine_pool_survives_a_process_killed_mid_analysis():
     from rookworld.chess_tasks.engine import EnginePool, find_engine
     try:
@@ -530,9 +536,12 @@ def test_engine_pool_survives_a_process_killed_mid_analysis():
         expected = reference.analyse(fen)
     with EnginePool(processes=1, depth=14) as pool:
         victim, got = pool.pids()[0], {}
+        idle = _cpu_ticks(victim)
         worker = threading.Thread(target=lambda: got.update(a=pool.analyse(fen)))
         worker.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while _cpu_ticks(victim) == idle and time.monotonic() < deadline:
+            time.sleep(0.005)  # kill once the engine is searching, however fast the host
         assert worker.is_alive(), "the analysis finished before the kill: raise the depth"
         os.kill(victim, signal.SIGKILL)
         worker.join(120)

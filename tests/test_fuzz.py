@@ -162,7 +162,10 @@ def test_parse_env_reads_back_the_oracle(sample):
 @given(st.data())
 def test_env_parsers_on_corrupted_lines(data):
     sample = data.draw(a_samples())
-    assert parse_env(data.draw(mutated(sample.completion))) is not None
+    p = parse_env(data.draw(mutated(sample.completion)))
+    assert p.ok or p.reason
+    if p.ok:
+        assert p.fen_valid and p.terminated in (0, 1) and p.truncated in (0, 1)
     split = split_env_line(data.draw(mutated(sample.prompt + sample.completion)))
     assert split is None or (split[0].startswith("A: ") and split[0].count("+") == 3)
 
