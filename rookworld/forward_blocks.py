@@ -74,8 +74,7 @@ def block(x: Tensor, blk, attend: Attend, packed: Packed | None = None,
 
     recompute (with gradients): keep fewer activations for the backward. The normed
     inputs (2 x C a token) and the GELU output (4C) are recomputed there (_NormLinear,
-    _GeluLinear), of ~17C a layer keeps otherwise: less memory for a slower update
-    (benchmarks/README.md, ablations)."""
+    _GeluLinear), of ~17C a layer keeps otherwise: less memory for a slower update."""
     n, s, c = x.shape
     attn, mlp, ln_1, ln_2 = blk.attn, blk.mlp, blk.ln_1, blk.ln_2
     lean = recompute and packed is None and torch.is_grad_enabled()

@@ -83,8 +83,8 @@ def _glibc(name: str):
 def release_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc malloc_trim). The engine calls it between
     phases when release_memory is set: resident memory between phases then follows the
-    live tensors, at the price of faulting the pages in again: a few MB less peak RSS for
-    a slower step, so it is off by default (benchmarks/README.md). A no-op without glibc."""
+    live tensors, at the price of faulting the pages in again: a slower step, so it is off
+    by default. A no-op without glibc."""
     trim = _glibc("malloc_trim")
     if trim:
         trim(0)
@@ -143,8 +143,7 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     resident as heap holes beside the weights, reference and optimiser state, which keeps
     a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
     rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
-    at the price of faulting fresh pages in (from nothing measurable to 13% of the update,
-    by host). A small model's update pays that price for no saving that matters, so auto
+    at the price of faulting fresh pages in (a cost that varies by host). A small model's update pays that price for no saving that matters, so auto
     is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole
     process instead of the update slows the whole step. Figures: benchmarks/README.md."""
     if setting == "auto":
