@@ -114,7 +114,6 @@ ABLATIONS = (
     ("no micro-batching (whole batch)", ["micro_batch=0"], {}),
     ("decoding weights not packed", [], {"ROOKWORLD_PACK_BELOW_ROWS": "0"}),
     ("AdamW not fused (torch's default)", [], {"ROOKWORLD_FUSED_ADAMW": "0"}),
-    ("prompt width not padded to 8", ["sampler.pad_to_multiple_of=1"], {}),
     ("kernel caches at torch's 1,024", [], {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024",
                                              "LRU_CACHE_CAPACITY": "1024"}),
 )

@@ -55,28 +55,21 @@ __all__ = ["KVCache", "Rollout", "SamplingSettings", "decode_tokens", "filter_lo
 # never packs: the benchmarks' switch.
 PACK_BELOW_ROWS = int(os.environ.get("ROOKWORLD_PACK_BELOW_ROWS", "64"))
 
-# Prompt batches are left-padded to a multiple of this width (SamplingSettings): the
-# tensors of a step (prefill, KV cache, tape, reference pass, update) then come in a few
-# sizes instead of one per longest prompt, so the heap reuses the memory the last step
-# freed instead of growing around blocks that no longer fit, and the CPU products meet
-# shapes they have compiled already (peak RSS that levels off instead of growing:
-# benchmarks/README.md). The padding is masked like any other.
-PROMPT_WIDTH_MULTIPLE = 8
-
 
 @dataclass(frozen=True)
 class SamplingSettings:
     """temperature: 0 means greedy; top_k: 0 = off; top_p: 1.0 = off;
     max_new_tokens: completion budget; min_new_tokens: end-of-text is masked before it;
-    pad_to_multiple_of: prompts are left-padded to a width that is a multiple of this
-    (`left_pad`; 1 = the longest prompt's)."""
+    pad_to_multiple_of: prompts are left-padded (masked) to a width that is a multiple of
+    this (`left_pad`); 1 = the longest prompt's, the default: on CPU a wider pad buys
+    neither memory nor speed (benchmarks/README.md, ablations)."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 160
     min_new_tokens: int = 0
-    pad_to_multiple_of: int = PROMPT_WIDTH_MULTIPLE
+    pad_to_multiple_of: int = 1
 
     def __post_init__(self):
         checks = [(self.temperature >= 0, "temperature", ">= 0"),
@@ -380,7 +373,7 @@ def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None =
 
 def per_task_settings(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                       max_new_tokens: int = 160, min_new_tokens: int = 0,
-                      pad_to_multiple_of: int = PROMPT_WIDTH_MULTIPLE,
+                      pad_to_multiple_of: int = 1,
                       per_task: dict | None = None) -> dict[str, SamplingSettings]:
     """The `sampler` group: shared settings, each overridable per task, e.g.
     per_task={"A": {"max_new_tokens": 110}} -> {"P": SamplingSettings, "A": ...}."""

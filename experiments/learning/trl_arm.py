@@ -13,7 +13,8 @@ positions would count the padding (~9 nats per sequence off); the model's forwar
 derives them from the attention mask (`cumsum(mask) - 1`) whenever none are passed.
 
 Writes DIR/curve.jsonl: one row per evaluation (`step`, `train_minutes`, and the eval/*
-metrics with their standard errors), the same schema as rookworld.pretrain's curve.
+metrics with their standard errors), the same schema as rookworld.pretrain's curve, and
+DIR/trl_log.jsonl: TRL's own metrics of every step (reward, kl, entropy, clip ratios).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def main() -> None:
         weight_decay=cfg.optim.weight_decay, adam_beta1=cfg.optim.betas[0],
         adam_beta2=cfg.optim.betas[1], num_iterations=cfg.algorithm.num_iterations,
         loss_type="grpo", scale_rewards="group", disable_dropout=True, shuffle_dataset=False,
-        gradient_checkpointing=False, report_to=[], logging_steps=10_000, save_strategy="no",
+        gradient_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no",
         dataloader_num_workers=0, model_init_kwargs={"dtype": "float32"}, disable_tqdm=True)
     trainer = GRPOTrainer(model=str(EMBEDDED_DIR), reward_funcs=reward_fn, args=args,
                           train_dataset=Dataset.from_dict({"prompt": [x.prompt for x in draws]}),
@@ -121,8 +122,16 @@ def main() -> None:
             if done:
                 control.should_training_stop = True
 
+    class Log(TrainerCallback):
+        """TRL's logged metrics of each step, one JSON row each."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            with (out / "trl_log.jsonl").open("a") as f:
+                f.write(json.dumps({"step": state.global_step, **(logs or {})}) + "\n")
+
     evaluate(0, 0.0)
     trainer.add_callback(Budget())
+    trainer.add_callback(Log())
     torch.manual_seed(a.seed)
     trainer.train()
     curve.close()
