@@ -359,6 +359,7 @@ def test_resume_without_steps_keeps_the_runs_own_total(tiny_overrides, tmp_path)
     assert resumed.steps == 7 and resumed.optim.lr == cfg.optim.lr  # lr=0.5 reported, ignored
 
 
+@pytest.mark.slow  # three runs in subprocesses: ~30 s
 def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_overrides, tmp_path):
     run_dir = tmp_path / "run"
     first = _train(tiny_overrides + ["steps=2", f"hydra.run.dir={run_dir}"], tmp_path)

@@ -69,6 +69,7 @@ def test_pretrain_writes_its_curve_and_resumes_exactly(tmp_path, synthetic_data)
         assert torch.equal(a[k], b[k]), k
 
 
+@pytest.mark.slow  # two pretraining stages and an export: ~25 s
 def test_a_stage_from_an_exported_model_continues_its_lineage(tmp_path, synthetic_data):
     train, held_out = synthetic_data
     first, second = tmp_path / "first", tmp_path / "second"
