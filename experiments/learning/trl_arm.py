@@ -9,8 +9,10 @@ the shipped model, the composed default config (task mix, prompts per step, grou
 temperature, max completion length, beta, learning rate, gradient clip), the prompt draws
 of every step (`task_mix.draw(pools, n, step, seed)`), the reward, and the evaluator. The
 fix TRL needs: its log-prob pass gives left-padded GPT-2 batches no `position_ids`, so
-positions would count the padding (~9 nats per sequence off); the model's forward here
-derives them from the attention mask (`cumsum(mask) - 1`) whenever none are passed.
+positions would count the padding (~9 nats per sequence off); `derive_positions` derives
+them from the attention mask whenever none are passed, in cached decoding steps too (the
+wrapper hides `position_ids` from generate, which then passes none: without them there,
+sampling would run a model other than the one trained; tests/test_study_arms.py checks it).
 
 Writes DIR/curve.jsonl: one row per evaluation (`step`, `train_minutes`, and the eval/*
 metrics with their standard errors), the same schema as rookworld.pretrain's curve, and
@@ -26,6 +28,21 @@ import time
 from pathlib import Path
 
 import torch
+
+
+def derive_positions(model) -> None:
+    """Wraps a transformers GPT-2's forward so that a call without `position_ids` gets them
+    from the attention mask: `cumsum(mask) - 1`, its last positions for a cached step."""
+    forward = model.forward
+
+    def with_positions(*args, **kw):
+        ids, mask = kw.get("input_ids"), kw.get("attention_mask")
+        if kw.get("position_ids") is None and ids is not None and mask is not None:
+            pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            kw["position_ids"] = pos[:, -ids.shape[1]:]
+        return forward(*args, **kw)
+
+    model.forward = with_positions
 
 
 def main() -> None:
@@ -83,16 +100,7 @@ def main() -> None:
 
     for model in (trainer.model, getattr(trainer, "ref_model", None)):
         if isinstance(model, GPT2LMHeadModel):
-            forward = model.forward
-
-            def with_positions(*args, _forward=forward, **kw):
-                ids, mask = kw.get("input_ids"), kw.get("attention_mask")
-                whole = ids is not None and mask is not None and ids.shape == mask.shape
-                if kw.get("position_ids") is None and whole:  # a full pass, not a cached step
-                    kw["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-                return _forward(*args, **kw)
-
-            model.forward = with_positions
+            derive_positions(model)
 
     curve = (out / "curve.jsonl").open("a")
 
