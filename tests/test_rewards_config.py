@@ -22,7 +22,7 @@ from rookworld.rewards import (
 CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"
 OPTIONS = {"binary": BinaryReward, "graduated": GraduatedReward,
            "continuous": ContinuousReward, "engine": EngineReward,
-           "graduated_curriculum": CurriculumReward}
+           "graduated_curriculum": CurriculumReward, "legal_moves": ContinuousReward}
 
 FEN = "1B2k3/1n3p2/1pr1p1p1/7p/1PPR3P/4K1P1/5P2/8 b - - 0 35"
 P = policy_sample(FEN, ["b7d8", "e8e7", "f7f6", "b6b5", "c6c8"], [-1.2, -2.41, -0.13, -1.67, -0.22])
@@ -51,6 +51,15 @@ def test_yaml_instantiates_and_scores(name):
     finally:
         if name == "engine":
             reward.pool.close()
+
+
+def test_legal_moves_scores_legality_not_the_engine_match():
+    reward = instantiate(OmegaConf.load(CONF / "legal_moves.yaml"), _execution_whitelist_=["rookworld.*"])
+    graduated = GraduatedReward()
+    assert reward(P, P.completion).score == reward(P, PUBLIC_B).score == 1.0  # e8e7: legal
+    assert graduated(P, PUBLIC_B).score < graduated(P, P.completion).score == 1.0
+    illegal_b = PUBLIC_B.replace("B: e8e7", "B: e8e1")
+    assert illegal_b != PUBLIC_B and reward(P, illegal_b).score == 0.5
 
 
 @pytest.mark.parametrize(("build", "match"), [
