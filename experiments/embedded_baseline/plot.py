@@ -71,7 +71,7 @@ def main(runs: list[str]) -> None:
                         yerr=[ci(r, key) for r in ev], marker="o", capsize=3,
                         label=run.name, color=f"C{i}")
     axes[0].set(title="training reward (mean over the step's rollouts)", xlabel="step",
-                ylabel="graduated reward")
+                ylabel="the run's reward")
     axes[1].set(title="held-out greedy P best move legal (±95%)", xlabel="steps trained",
                 ylabel="share")
     axes[2].set(title="held-out greedy A format (±95%)", xlabel="steps trained", ylabel="share")
