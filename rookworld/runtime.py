@@ -144,9 +144,9 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
     rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
     at the price of faulting fresh pages in (a cost that varies by host). A small model's
-    update pays that price for no saving that matters, so auto
-    is 1024 from AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole
-    process instead of the update slows the whole step. Figures: benchmarks/README.md."""
+    update pays that price for no saving that matters, so auto is 1024 from
+    AUTO_MMAP_MIN_PARAMS up, else 0; applying the threshold to the whole process instead
+    of the update slows the whole step. Figures: benchmarks/README.md."""
     if setting == "auto":
         return AUTO_MMAP_KIB if n_params >= AUTO_MMAP_MIN_PARAMS else 0
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
