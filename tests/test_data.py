@@ -87,6 +87,19 @@ def test_junk_rows_counted_not_raised():
     assert res.report.counts["unparseable"] == 5
 
 
+def test_worker_processes_give_the_serial_result(monkeypatch):
+    import rookworld.data.loaders as loaders
+    bad_a = A_LINE.replace("+0.001+0+0", "+1.0+1+0")
+    lines = [P_LINE, "garbage", bad_a, A_LINE, P_LINE.replace("B: h7f6", "B: h7f8"), "a+b"] * 5
+    monkeypatch.setattr(loaders, "PARALLEL_ROWS", 4)
+    for on_defect in ("drop", "relabel"):
+        one = load_lines(lines, "x", on_defect, json_rows=False, workers=1)
+        three = load_lines(lines, "x", on_defect, json_rows=False, workers=3)
+        assert three.samples == one.samples
+        assert [s.meta["row"] for s in three.samples] == [s.meta["row"] for s in one.samples]
+        assert three.report == one.report and three.report.rows == len(lines)
+
+
 def test_empty_and_binary_files_raise_clearly(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "junk.bin").write_bytes(bytes(range(256)) * 4)

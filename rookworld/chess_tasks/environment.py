@@ -12,6 +12,7 @@ positions, is never claimed; the 75-move rule and material are).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import chess
 
@@ -43,7 +44,11 @@ def env_step(fen: str, move: str, history=None) -> EnvTruth:
 
     history defaults to (move,). Raises ValueError only for an invalid FEN.
     """
-    history = tuple(history) if history is not None else (move,)
+    return _env_step(fen, move, tuple(history) if history is not None else (move,))
+
+
+@lru_cache(maxsize=64)  # a loader checks a row, then builds its sample: the same question twice
+def _env_step(fen: str, move: str, history: tuple[str, ...]) -> EnvTruth:
     board = chess.Board(fen)
     mv = _legal_move(board, move)
     if mv is None:

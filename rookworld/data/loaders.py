@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import threading
 import zlib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 
 import chess
@@ -94,18 +98,53 @@ def _defects(rec: tuple) -> list[str]:
     return check_env(rec[1], rec[2], rec[3], rec[4])
 
 
+PARALLEL_ROWS = 20_000  # fewer rows than this are checked in-process: a pool would cost more
+
+
 def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | None = None,
-               tasks: str = "PA") -> LoadResult:
+               tasks: str = "PA", workers: int | None = None) -> LoadResult:
     """Validate and build samples from lines (JSON rows, or RookWorld text when
     json_rows is False; None sniffs the first non-blank line). `tasks` keeps only
-    those tasks (rows of other tasks are skipped, not counted as defects)."""
+    those tasks (rows of other tasks are skipped, not counted as defects). workers:
+    processes that check contiguous slices of PARALLEL_ROWS rows or more (None = the
+    CPUs this process may use); the result is the same for any number."""
     if on_defect not in ON_DEFECT:
         raise ValueError(f"on_defect={on_defect!r}; choose one of {ON_DEFECT}")
     lines = [ln for ln in lines if ln.strip()]
     if json_rows is None:
         json_rows = bool(lines) and lines[0].lstrip().startswith("{")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if threading.active_count() > 1 or "fork" not in get_all_start_methods():
+        workers = 1  # forked only from a single-threaded process: a thread's held lock would stay held
+    n = max(1, min(workers, len(lines) // PARALLEL_ROWS))
+    cuts = [len(lines) * k // n for k in range(n + 1)]
+    jobs = [(lines[a:b], a, source, on_defect, json_rows, tasks) for a, b in zip(cuts, cuts[1:])]
+    if n == 1:
+        parts = [_load_range(*jobs[0])]
+    else:
+        with ProcessPoolExecutor(n, mp_context=get_context("fork")) as pool:
+            parts = list(pool.map(_load_range, *zip(*jobs)))
     report, samples = DefectReport(source, on_defect), []
-    for i, line in enumerate(lines):
+    for part_samples, part in parts:  # in row order, so each class keeps its first example
+        samples += part_samples
+        report.rows += part.rows
+        report.dropped += part.dropped
+        report.relabelled += part.relabelled
+        report.counts.update(part.counts)
+        for d, row in part.examples.items():
+            report.examples.setdefault(d, row)
+    report.kept = len(samples)
+    if not samples:
+        raise ValueError(f"no usable rows in {source}:\n{report.summary()}")
+    return LoadResult(samples, report)
+
+
+def _load_range(lines: list[str], first: int, source: str, on_defect: str, json_rows: bool,
+                tasks: str) -> tuple[list[Sample], DefectReport]:
+    """Samples and defect report of rows first, first + 1, ... (one worker's slice)."""
+    report, samples = DefectReport(source, on_defect), []
+    for i, line in enumerate(lines, start=first):
         rec, stored = _record_from_json(line) if json_rows else (_record_from_text(line, source),
                                                                  None)
         if rec is not None and rec[0] not in tasks:
@@ -119,10 +158,7 @@ def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | No
                             stored.meta if stored else {"source": source, "row": i})
         if sample is not None:
             samples.append(sample)
-    report.kept = len(samples)
-    if not samples:
-        raise ValueError(f"no usable rows in {source}:\n{report.summary()}")
-    return LoadResult(samples, report)
+    return samples, report
 
 
 def _validated(rec, stored, line, on_defect, report, meta) -> Sample | None:
