@@ -53,7 +53,6 @@ _INT_RULES = {  # key: (minimum, why)
     "steps": (1, "an integer >= 1"),
     "prompts_per_step": (1, "an integer >= 1"),
     "num_generations": (2, "an integer >= 2 (a group of one has no advantage)"),
-    "micro_batch_tokens": (1, "an integer >= 1"),
     "rollout_tape_mib": (0, "an integer >= 0 (0 = the update always runs its own forward)"),
     "eval_every": (0, "an integer >= 0"),
     "checkpoint_every": (0, "an integer >= 0"),
@@ -81,6 +80,9 @@ def validate(cfg: DictConfig) -> None:
         v = _get(cfg, key)
         if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ConfigError(f"{key} must be auto or an integer >= 0 (0 = {zero}), got {v!r}")
+    v = _get(cfg, "micro_batch_tokens")
+    if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise ConfigError(f"micro_batch_tokens must be auto or an integer >= 1, got {v!r}")
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")

@@ -5,6 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# micro_batch_tokens=auto: tokens a chunk of the update for models under SMALL_MODEL_PARAMS,
+# and from there up. A small model runs fewer, larger chunks faster for little memory; the
+# 124M shape keeps 1024, which holds its update's peak RSS target. Figures: benchmarks/README.md.
+SMALL_MODEL_PARAMS = 50_000_000
+AUTO_CHUNK_TOKENS_SMALL, AUTO_CHUNK_TOKENS = 4096, 1024
+
+
+def micro_batch_tokens(setting: int | str, n_params: int) -> int:
+    """The tokens per update chunk the engine uses for the config's micro_batch_tokens."""
+    if setting == "auto":
+        return AUTO_CHUNK_TOKENS_SMALL if n_params < SMALL_MODEL_PARAMS else AUTO_CHUNK_TOKENS
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+        raise ValueError(f"micro_batch_tokens must be auto or an integer >= 1, got {setting!r}")
+    return setting
+
 
 @dataclass(frozen=True)
 class EngineSettings:

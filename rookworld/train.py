@@ -49,7 +49,7 @@ from .data_io import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine
-from .engine_settings import EngineSettings
+from .engine_settings import EngineSettings, micro_batch_tokens
 from .evaluation import Evaluator, before_after_table, paired_se
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config
@@ -109,13 +109,14 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
     a = p.algorithm
     policy = instantiate(cfg.model)
     device = dist.device if dist else torch.device(cfg.device)
-    update_mmap_kib = runtime.choose_allocator(
-        cfg.mmap_threshold_kib, sum(q.numel() for q in policy.model.parameters()), device)
+    n_params = sum(q.numel() for q in policy.model.parameters())
+    update_mmap_kib = runtime.choose_allocator(cfg.mmap_threshold_kib, n_params, device)
     settings = EngineSettings(
         num_generations=cfg.num_generations, total_steps=cfg.steps,
         num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
-        micro_batch=cfg.micro_batch, micro_batch_tokens=cfg.micro_batch_tokens,
+        micro_batch=cfg.micro_batch,
+        micro_batch_tokens=micro_batch_tokens(cfg.micro_batch_tokens, n_params),
         use_reference=cfg.reference.enabled, ref_sync_every=cfg.reference.sync_every,
         ref_sync_alpha=cfg.reference.sync_alpha, seed=cfg.seed,
         nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
@@ -263,7 +264,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
         record_choices(cfg, {"backend": engine.backend.name,
-                             "autocast": precision.name(engine.amp)}, run_dir, main)
+                             "autocast": precision.name(engine.amp),
+                             "micro_batch_tokens": engine.micro_batch_tokens}, run_dir, main)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)

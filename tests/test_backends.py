@@ -180,7 +180,8 @@ def test_a_family_trains_checkpoints_and_resumes_exactly(kind, tiny_overrides, t
     monkeypatch.setattr(engine_mod.GRPOEngine, "score", varied)
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run(compose(overrides), whole).outcome.status == "success"
-    assert "backend: hf" in (whole / "run_config.yaml").read_text()
+    saved = (whole / "run_config.yaml").read_text()
+    assert "backend: hf" in saved and "micro_batch_tokens: 4096" in saved  # auto, resolved
     crash_at(monkeypatch, 2, lambda: run(compose(overrides), cut))
     args = overrides + [f"resume={cut}"]
     resumed, run_dir = resolve_resume(compose(args), args)

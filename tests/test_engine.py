@@ -361,6 +361,17 @@ def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, ba
         assert {"kl/full_forward", "kl/full_reverse", "kl/full_symmetric"} <= set(m)
 
 
+def test_auto_micro_batch_tokens_follow_model_size():
+    from rookworld.engine_settings import micro_batch_tokens
+
+    assert micro_batch_tokens("auto", 3_300_000) == 4096  # the embedded model
+    assert micro_batch_tokens("auto", 124_000_000) == 1024  # GPT-2 small
+    assert micro_batch_tokens(512, 3_300_000) == 512
+    for bad in (0, "all", True):
+        with pytest.raises(ValueError, match="micro_batch_tokens"):
+            micro_batch_tokens(bad, 3_300_000)
+
+
 def test_engine_settings_are_frozen_and_checked():
     import dataclasses
 
