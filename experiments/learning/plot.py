@@ -3,7 +3,7 @@
     python experiments/learning/plot.py --grpo RUN_DIR... --sft OUT_DIR... --trl OUT_DIR... \
         [--grpo-legal RUN_DIR...]
 
-GRPO runs (--grpo: the study's graduated recipe; --grpo-legal: the defaults, whose reward is
+GRPO runs (--grpo: the study's graduated recipe; --grpo-legal: the runs whose reward is
 legal_moves) are `python -m rookworld.train` run directories (metrics.jsonl: training minutes
 are the summed step times, evaluations excluded); SFT and TRL directories hold a
 curve.jsonl (rookworld.pretrain's curve, trl_arm.py's) whose rows carry `train_minutes`.
