@@ -11,6 +11,7 @@ from pathlib import Path
 from hydra.utils import instantiate as _instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from .engine_settings import micro_batch_tokens
 from .redact import redact
 
 PACKAGE_DIR = Path(__file__).parent
@@ -80,9 +81,10 @@ def validate(cfg: DictConfig) -> None:
         v = _get(cfg, key)
         if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ConfigError(f"{key} must be auto or an integer >= 0 (0 = {zero}), got {v!r}")
-    v = _get(cfg, "micro_batch_tokens")
-    if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-        raise ConfigError(f"micro_batch_tokens must be auto or an integer >= 1, got {v!r}")
+    try:
+        micro_batch_tokens(_get(cfg, "micro_batch_tokens"), 0)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")

@@ -92,9 +92,18 @@ def test_worker_processes_give_the_serial_result(monkeypatch):
     bad_a = A_LINE.replace("+0.001+0+0", "+1.0+1+0")
     lines = [P_LINE, "garbage", bad_a, A_LINE, P_LINE.replace("B: h7f6", "B: h7f8"), "a+b"] * 5
     monkeypatch.setattr(loaders, "PARALLEL_ROWS", 4)
+    pools = []
+
+    class CountedPool(loaders.ProcessPoolExecutor):
+        def __init__(self, n, **kw):
+            pools.append(n)
+            super().__init__(n, **kw)
+
+    monkeypatch.setattr(loaders, "ProcessPoolExecutor", CountedPool)
     for on_defect in ("drop", "relabel"):
         one = load_lines(lines, "x", on_defect, json_rows=False, workers=1)
         three = load_lines(lines, "x", on_defect, json_rows=False, workers=3)
+        assert pools.pop() == 3 and not pools  # three workers ran, the serial load none
         assert three.samples == one.samples
         assert [s.meta["row"] for s in three.samples] == [s.meta["row"] for s in one.samples]
         assert three.report == one.report and three.report.rows == len(lines)
