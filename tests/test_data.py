@@ -100,6 +100,7 @@ def test_worker_processes_give_the_serial_result(monkeypatch):
             super().__init__(n, **kw)
 
     monkeypatch.setattr(loaders, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(loaders, "_may_fork", lambda: True)  # other tests may leave threads
     for on_defect in ("drop", "relabel"):
         one = load_lines(lines, "x", on_defect, json_rows=False, workers=1)
         three = load_lines(lines, "x", on_defect, json_rows=False, workers=3)
@@ -107,6 +108,25 @@ def test_worker_processes_give_the_serial_result(monkeypatch):
         assert three.samples == one.samples
         assert [s.meta["row"] for s in three.samples] == [s.meta["row"] for s in one.samples]
         assert three.report == one.report and three.report.rows == len(lines)
+
+
+def test_a_process_with_other_threads_checks_in_process(monkeypatch):
+    import threading
+
+    import rookworld.data.loaders as loaders
+    monkeypatch.setattr(loaders, "PARALLEL_ROWS", 4)
+    monkeypatch.setattr(loaders, "ProcessPoolExecutor", None)  # any pool would fail
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    lines = [P_LINE, A_LINE] * 8
+    try:
+        res = load_lines(lines, "x", json_rows=False, workers=3)
+    finally:
+        stop.set()
+        other.join()
+    assert res.samples and res.samples == load_lines(lines, "x", json_rows=False,
+                                                     workers=1).samples
 
 
 def test_empty_and_binary_files_raise_clearly(tmp_path):

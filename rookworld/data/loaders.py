@@ -115,8 +115,8 @@ def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | No
         json_rows = bool(lines) and lines[0].lstrip().startswith("{")
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    if threading.active_count() > 1 or "fork" not in get_all_start_methods():
-        workers = 1  # forked only from a single-threaded process: a thread's held lock would stay held
+    if not _may_fork():
+        workers = 1
     n = max(1, min(workers, len(lines) // PARALLEL_ROWS))
     cuts = [len(lines) * k // n for k in range(n + 1)]
     jobs = [(lines[a:b], a, source, on_defect, json_rows, tasks) for a, b in zip(cuts, cuts[1:])]
@@ -138,6 +138,12 @@ def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | No
     if not samples:
         raise ValueError(f"no usable rows in {source}:\n{report.summary()}")
     return LoadResult(samples, report)
+
+
+def _may_fork() -> bool:
+    """Workers are forked only from a process with no other Python thread: a lock another
+    thread holds at the fork stays held in the child."""
+    return threading.active_count() == 1 and "fork" in get_all_start_methods()
 
 
 def _load_range(lines: list[str], first: int, source: str, on_defect: str, json_rows: bool,
