@@ -1,7 +1,14 @@
-"""One GRPO step, side by side: rookworld's engine and TRL's GRPOTrainer on this CPU.
+"""One GRPO step, side by side: rookworld's engine and TRL's GRPOTrainer on this CPU or a GPU.
 
     .venv/bin/python benchmarks/bench_grpo.py --shape small          # 4 x 8 x 64, 4 layers/256
     .venv/bin/python benchmarks/bench_grpo.py --shape gpt2-small     # 2 x 8 x 64, 12 layers/768
+    python benchmarks/bench_grpo.py --device cuda --shape gpt2-small --prompts 8 \
+        --tokens 144 --backend fast_gpt2,hf                          # both backends and TRL
+
+On a GPU (`--device cuda`) both run with bf16 autocast where the device has it
+(`--autocast auto`; rookworld's fast_gpt2 backend runs float32 only, so its job runs
+with autocast off), each step ends with a device synchronise, and every line also
+carries the peak GPU memory allocated (`gpu_peak_mb`).
 
 Both implementations get the same randomly initialised GPT-2 (`build_random`, the
 character tokenizer, dropout 0, fp32), the same P prompts (the bundled training
@@ -79,7 +86,8 @@ def overrides(a) -> list[str]:
             f"release_memory={str(a.release_memory).lower()}",
             f"mmap_threshold_kib={a.mmap_threshold_kib}",
             f"recompute_activations={str(a.recompute_activations).lower()}",
-            f"rollout_tape_mib={a.rollout_tape_mib}", f"backend={a.backend}"]
+            f"rollout_tape_mib={a.rollout_tape_mib}", f"backend={a.backend}",
+            f"device={a.device}", f"autocast={a.autocast}"]
 
 
 def prompt_draws(a, extra: tuple = ()):
@@ -98,6 +106,16 @@ def prompt_draws(a, extra: tuple = ()):
 
 def param_checksum(model) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def gpu_peak_mb(device: str) -> float | None:
+    """Peak GPU memory allocated by this process (None on the CPU), after a synchronise."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    torch.cuda.synchronize(device)
+    return round(torch.cuda.max_memory_allocated(device) / 2 ** 20, 1)
 
 
 # ---------------------------------------------------------------- rookworld
@@ -141,7 +159,8 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
         t0 = time.perf_counter()
         batch = engine.rollout(samples, step)
         m = batch.metrics | engine.update(batch, step)
-        out = {"step_s": time.perf_counter() - t0, "tokens": m["sample/tokens"],
+        gpu_mb = gpu_peak_mb(a.device)
+        out = {"step_s": time.perf_counter() - t0, "gpu_peak_mb": gpu_mb, "tokens": m["sample/tokens"],
                "prompt_tokens": float(batch.rollout.prompt_mask.sum()),
                "micro_batches": m["optim/micro_batches"],
                "reused": bool(m["optim/rollout_forward_reused"]),
@@ -159,6 +178,7 @@ def trl_worker(a, conn) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from rookworld import precision
     from rookworld.model import build_random, save_policy
 
     cfg, mix, pools, reward = prompt_draws(a)
@@ -185,7 +205,8 @@ def trl_worker(a, conn) -> None:
     model_dir = tempfile.mkdtemp(prefix="bench_grpo_model_")
     save_policy(policy, model_dir)
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench_grpo_trl_"), use_cpu=True, bf16=False,
+        output_dir=tempfile.mkdtemp(prefix="bench_grpo_trl_"), use_cpu=a.device == "cpu",
+        bf16=a.device != "cpu" and precision.autocast_dtype(a.autocast, a.device) is not None,
         fp16=False, seed=a.seed, max_steps=steps, per_device_train_batch_size=a.prompts * a.generations,
         num_generations=a.generations, max_completion_length=a.tokens, temperature=1.0,
         top_k=0, top_p=1.0, beta=a.beta, learning_rate=a.lr, lr_scheduler_type="constant",
@@ -214,11 +235,12 @@ def trl_worker(a, conn) -> None:
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
+            gpu_mb = gpu_peak_mb(a.device)
             step_s = time.perf_counter() - self.t0
             timers["update_s"] = step_s - timers["sample_s"] - timers["score_s"] - timers["ref_s"]
             n = a.prompts * a.generations
             conn.send({"step_s": step_s, "tokens": float(n * a.tokens), **timers,
-                       "rss_mb": peak_rss_mb()})
+                       "rss_mb": peak_rss_mb(), "gpu_peak_mb": gpu_mb})
 
     trainer.add_callback(Gate())
     conn.send({"checksum": param_checksum(trainer.model), "threads": torch.get_num_threads()})
@@ -248,6 +270,8 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
         "step_s": [round(r["step_s"], 4) for r in rows],
         "completion_tokens_per_s": round(statistics.median(r["tokens"] for r in rows) / step, 1),
         "peak_rss_mb": round(max(final_rss, *(r["rss_mb"] for r in rows)), 1),
+        "device": a.device, "autocast": a.autocast, "backend": a.backend if name != "trl" else None,
+        "gpu_peak_mb": max((r.get("gpu_peak_mb") or 0 for r in rows), default=0) or None,
         "phases": {k: round(statistics.median(r[k] for r in rows), 4) for k in PHASES},
         "phase_s": {k: [round(r[k], 3) for r in rows] for k in PHASES if k != "score_s"},
         "flop_bound_s": round(flop_bound_s, 4), "flop_efficiency": round(flop_bound_s / step, 3),
@@ -257,6 +281,18 @@ def summarise(name, a, rows, final_rss, cal, flop_bound_s) -> dict:
           "recompute_activations": a.recompute_activations,
           "rollout_tape_mib": a.rollout_tape_mib, "rollout_forward_reused": rows[0]["reused"]}
          if "micro_batches" in rows[0] else {})
+
+
+def job_args(a, backend: str):
+    """This run's arguments for one rookworld job: its backend, and autocast off for
+    fast_gpt2 (float32 only)."""
+    import copy
+
+    own = copy.copy(a)
+    own.backend = backend
+    if backend == "fast_gpt2":
+        own.autocast = "off"
+    return own
 
 
 def main() -> None:
@@ -286,8 +322,13 @@ def main() -> None:
                    help="rookworld rollout_tape_mib: the update differentiates the rollout's "
                         "kept forward when it fits in this many MiB (0 = runs its own)")
     p.add_argument("--impl", choices=["both", "rookworld", "trl"], default="both")
-    p.add_argument("--backend", choices=["auto", "fast_gpt2", "hf"], default="auto",
-                   help="rookworld's policy backend (auto: fast_gpt2 on CPU)")
+    p.add_argument("--backend", default="auto",
+                   help="rookworld's policy backend: auto (fast_gpt2 on CPU, hf on a GPU), "
+                        "fast_gpt2, hf, or a comma list (one rookworld job each, named "
+                        "rookworld:<backend>)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N, for both implementations")
+    p.add_argument("--autocast", default="auto", choices=["auto", "bf16", "off"],
+                   help="mixed precision for both (auto: bf16 on a GPU that has it)")
     p.add_argument("--ablate", action="store_true",
                    help="rookworld only: each optimisation off alone (ABLATIONS), side by side")
     p.add_argument("--only", default="",
@@ -308,12 +349,20 @@ def main() -> None:
         jobs = [(name, rookworld_worker, (tuple(extra), env))
                 for i, (name, extra, env) in enumerate(ABLATIONS) if keep is None or i in keep]
     else:
-        jobs = [(name, fn, ()) for name, fn in (("rookworld", rookworld_worker),
-                                                ("trl", trl_worker)) if a.impl in ("both", name)]
-    for name, fn, more in jobs:
+        backends = a.backend.split(",")
+        jobs = [("rookworld" if len(backends) == 1 else f"rookworld:{b}", rookworld_worker,
+                 (), job_args(a, b)) for b in backends if a.impl in ("both", "rookworld")]
+        jobs += [("trl", trl_worker, (), job_args(a, "hf"))] if a.impl in ("both", "trl") else []
+    # the data check runs here once, where it may use worker processes; the workers
+    # (daemonic: no children of their own) then read its cached result
+    prompt_draws(job_args(a, a.backend.split(",")[0]))
+    job_a = {}
+    for name, fn, more, *own in jobs:
+        job_a[name] = own[0] if own else a
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=fn, args=(a, child, *more), daemon=True)
+        proc = ctx.Process(target=fn, args=(job_a[name], child, *more), daemon=True)
         proc.start()
+        child.close()  # the worker's end: a worker that dies then ends recv() with EOFError
         workers[name] = (proc, parent)
         # one set-up at a time: rookworld measures its matrix library at import, and
         # neither should start beside the other's model building
@@ -340,7 +389,8 @@ def main() -> None:
                       "checksums": {k: v["checksum"] for k, v in ready.items()},
                       "threads": {k: v["threads"] for k, v in ready.items()},
                       "prompt_tokens_per_row": round(prompt_tokens, 1)}))
-    out = {name: summarise(name, a, rows[name], final[name], cal, flop_bound_s) for name in rows}
+    out = {name: summarise(name, job_a[name], rows[name], final[name], cal, flop_bound_s)
+           for name in rows}
     if a.ablate:  # each variant against the defaults, step time and peak RSS
         base = out[ABLATIONS[0][0]]
         for line in out.values():
@@ -349,16 +399,19 @@ def main() -> None:
                 r["step_s"] / b["step_s"] for r, b in zip(rows[line["impl"]],
                                                           rows[base["impl"]])), 3)
             line["rss_vs_defaults"] = round(line["peak_rss_mb"] / base["peak_rss_mb"], 3)
-    elif len(out) == 2:
-        ratio = out["trl"]["median_step_s"] / out["rookworld"]["median_step_s"]
-        out["rookworld"]["speedup_vs_trl"] = round(ratio, 3)
-        # each round ran both back to back: the median of per-round ratios is the
-        # figure least moved by drift in the machine's speed during the run
-        out["rookworld"]["speedup_vs_trl_paired"] = round(statistics.median(
-            t["step_s"] / r["step_s"] for r, t in zip(rows["rookworld"], rows["trl"])), 3)
+    elif "trl" in out and len(out) > 1:
+        for name in (n for n in out if n != "trl"):
+            ours = out[name]
+            ours["speedup_vs_trl"] = round(out["trl"]["median_step_s"] / ours["median_step_s"], 3)
+            # each round ran all back to back: the median of per-round ratios is the
+            # figure least moved by drift in the machine's speed during the run
+            ours["speedup_vs_trl_paired"] = round(statistics.median(
+                t["step_s"] / r["step_s"] for r, t in zip(rows[name], rows["trl"])), 3)
+            ours["rss_ratio_vs_trl"] = round(ours["peak_rss_mb"] / out["trl"]["peak_rss_mb"], 3)
+            if ours["gpu_peak_mb"] and out["trl"]["gpu_peak_mb"]:
+                ours["gpu_mem_ratio_vs_trl"] = round(
+                    ours["gpu_peak_mb"] / out["trl"]["gpu_peak_mb"], 3)
         out["trl"]["speedup_vs_trl"] = 1.0
-        out["rookworld"]["rss_ratio_vs_trl"] = round(
-            out["rookworld"]["peak_rss_mb"] / out["trl"]["peak_rss_mb"], 3)
     for line in out.values():
         print(json.dumps(line))
 

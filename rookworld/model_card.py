@@ -84,11 +84,18 @@ def _curve_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _where(stage: dict) -> str:
+    """The CPU host, and the GPU when the stage trained on one."""
+    where = stage.get("host") or "a CPU"
+    gpu = stage.get("device")
+    return f"{gpu} (host {where})" if gpu and gpu != "cpu" else where
+
+
 def _stages(stages: list[dict]) -> str:
     parts = []
     for s in stages:
         parts.append(f"{s['stage']}. From {s.get('start', 'random weights')}: {s['steps']} steps, {s['samples']:,} samples, "
-                     f"{s['minutes']:.1f} training minutes on {s.get('host') or 'a CPU'}, "
+                     f"{s['minutes']:.1f} training minutes on {_where(s)}, "
                      f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} "
                      f"thread{'' if s.get('threads') == 1 else 's'}:\n\n"
                      f"       {s['command']}")

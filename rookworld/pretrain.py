@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from . import runtime
+from . import precision, runtime
 from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
@@ -51,10 +51,13 @@ def make_batch(rows: list[tuple[list[int], int]], pad_id: int):
     return ids, labels
 
 
-def lm_loss(model, ids, labels) -> torch.Tensor:
-    logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                           ignore_index=-100)
+def lm_loss(model, ids, labels, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled positions; the forward runs
+    under `dtype` autocast (None: as the weights are), the loss in float32."""
+    with precision.autocast(dtype, ids.device):
+        logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                           labels[:, 1:].reshape(-1), ignore_index=-100)
 
 
 def get_lr(step: int, cfg) -> float:
@@ -118,7 +121,7 @@ def add_stage(parent: dict, report: dict, curve: list[dict], command: str,
     this = {"stage": stage, "start": start, "command": command, "steps": report["steps"],
             "samples": report["samples_seen"], "minutes": round(report["minutes"], 1),
             "host": report.get("host"), "torch": report.get("torch"),
-            "threads": report.get("threads")}
+            "threads": report.get("threads"), "device": report.get("device")}
     rows = [{**r, "stage": stage, "samples": r["samples"] + samples0,
              "train_minutes": r["train_minutes"] + minutes0} for r in curve]
     return {"stages": parent["stages"] + [this], "curve": parent["curve"] + rows}
@@ -134,6 +137,14 @@ def read_curve(path: Path) -> list[dict]:
             continue
         rows[r["step"]] = r
     return [rows[k] for k in sorted(rows)]
+
+
+def device_name(device: torch.device, dtype: torch.dtype | None) -> str:
+    """'cpu', or the GPU's name with the autocast dtype: where a stage trained."""
+    if device.type != "cuda":
+        return "cpu"
+    cast = f"{str(dtype).removeprefix('torch.')} autocast" if dtype else "float32"
+    return f"{torch.cuda.get_device_name(device)}, {cast}"
 
 
 def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
@@ -158,6 +169,9 @@ def main(cfg: DictConfig) -> None:
     train = read_samples(cfg.data.train)
     held_out = read_samples(cfg.data.eval)
     policy = instantiate(cfg.model)
+    device = torch.device(cfg.device)
+    dtype = precision.autocast_dtype(cfg.autocast, device)
+    policy.model.to(device)
     # the stages that made the starting weights, kept in the run directory so that a
     # resumed run does not read its own export as its parent
     parent_file = out / "parent.json"
@@ -170,7 +184,10 @@ def main(cfg: DictConfig) -> None:
     if cfg.resume and (out / "checkpoint" / "state.pt").exists():
         from .checkpoint import load_weights
         load_weights(policy.model, out / "checkpoint" / "model")
-        state = torch.load(out / "checkpoint" / "state.pt", weights_only=True)
+        # on the CPU first: a checkpoint written on a GPU resumes on a CPU-only machine
+        # too (the optimiser moves its state to the parameters' device)
+        state = torch.load(out / "checkpoint" / "state.pt", weights_only=True,
+                           map_location="cpu")
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
         torch.set_rng_state(state["rng"])
@@ -187,8 +204,9 @@ def main(cfg: DictConfig) -> None:
         # the batch is a function of (seed, step): a resumed run trains on what an
         # uninterrupted one would have
         batch = random.Random(cfg.seed * 1_000_003 + step).sample(rows, cfg.batch_size)
-        ids, labels = make_batch(batch, policy.eos_id)
-        loss = lm_loss(model, ids, labels)
+        ids, labels = (t.to(device, non_blocking=True)
+                       for t in make_batch(batch, policy.eos_id))
+        loss = lm_loss(model, ids, labels, dtype)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -215,6 +233,7 @@ def main(cfg: DictConfig) -> None:
     report = {"steps": step, "minutes": elapsed / 60, "samples_seen": step * cfg.batch_size,
               "parameters": sum(p.numel() for p in model.parameters()),
               "host": host(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "device": device_name(device, dtype),
               "eval": measure(policy, cfg, held_out)}
     save_policy(policy, out / "model")
     atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))

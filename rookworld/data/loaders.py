@@ -20,7 +20,7 @@ import threading
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_all_start_methods, get_context
+from multiprocessing import current_process, get_all_start_methods, get_context
 from pathlib import Path
 
 import chess
@@ -141,9 +141,11 @@ def load_lines(lines, source: str, on_defect: str = "drop", json_rows: bool | No
 
 
 def _may_fork() -> bool:
-    """Workers are forked only from a process with no other Python thread: a lock another
-    thread holds at the fork stays held in the child."""
-    return threading.active_count() == 1 and "fork" in get_all_start_methods()
+    """Workers are forked only from a process with no other Python thread (a lock another
+    thread holds at the fork stays held in the child), and not from a daemonic process
+    (multiprocessing refuses it children)."""
+    return threading.active_count() == 1 and "fork" in get_all_start_methods() and \
+        not current_process().daemon
 
 
 def _load_range(lines: list[str], first: int, source: str, on_defect: str, json_rows: bool,
