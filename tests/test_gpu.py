@@ -2,6 +2,8 @@
 device supports it, the reference can sit on a device of its own, and float32 on the GPU
 gives the CPU's log-probs. Skipped on machines without CUDA."""
 
+import json
+
 import pytest
 import torch
 from test_engine import LengthReward
@@ -53,3 +55,16 @@ def test_float32_on_the_gpu_gives_the_cpus_logprobs(tiny_overrides):
         r.truncated)))
     gpu = engines["cuda"]._logprobs(engines["cuda"].ref, on_gpu, b.temperature.cuda()).cpu()
     torch.testing.assert_close(gpu, b.ref_logprobs, atol=1e-4, rtol=0)
+
+
+
+def test_pretraining_on_the_gpu_trains_evaluates_and_exports(tmp_path, synthetic_data):
+    from test_pretrain import _pretrain
+
+    train, held_out = synthetic_data
+    _pretrain(tmp_path / "run", train, held_out, "steps=4", "curve_every=2", "device=cuda",
+              f"export_to={tmp_path / 'model'}")
+    report = json.loads((tmp_path / "run" / "pretrain_report.json").read_text())
+    assert report["device"].startswith(torch.cuda.get_device_name())
+    assert "eval/P/format" in report["eval"]["held_out"]
+    assert "(host " in (tmp_path / "model" / "MODEL_CARD.md").read_text()

@@ -76,8 +76,13 @@ def resolve(choice: str, model, device, autocast: torch.dtype | None = None) -> 
 
 
 def of(policy) -> Backend:
-    """The policy's backend: the one its engine chose, else auto for where it lies."""
+    """The policy's backend: the one its engine chose; else, for a policy no engine
+    prepared, fast_gpt2 for rookworld's GPT-2 class on any device (the hf backend runs the
+    engine's transformers copy of it, `HFBackend.prepare`) and hf for any other model."""
     backend = getattr(policy, "backend", None)
     if backend is None:
-        backend = resolve("auto", policy.model, next(policy.model.parameters()).device)
+        from .fast_gpt2 import FastGPT2
+        from .hf import HFBackend
+
+        backend = FastGPT2() if is_rookworld_gpt2(policy.model) else HFBackend()
     return backend
