@@ -144,7 +144,6 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
     import torch
 
     from rookworld import runtime
-    from rookworld.batch import peak_memory_mb
     from rookworld.train import build_engine, build_parts
 
     cfg, mix, pools, reward = prompt_draws(a, extra)
@@ -165,7 +164,7 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
                "micro_batches": m["optim/micro_batches"],
                "reused": bool(m["optim/rollout_forward_reused"]),
                **{k: m[f"time/{k}"] for k in PHASES}}
-        out["rss_mb"] = peak_memory_mb()
+        out["rss_mb"] = peak_rss_mb()  # the process's, on a GPU too (gpu_peak_mb: the device's)
         conn.send(out)
         step += 1
     conn.send({"rss_mb": peak_rss_mb()})
