@@ -13,7 +13,7 @@ from typing import Literal
 Task = Literal["P", "A"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PolicyTruth:
     """Engine analysis of a position (P task).
 
@@ -29,7 +29,7 @@ class PolicyTruth:
     source: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EnvTruth:
     """What python-chess says happens after `move` (A task)."""
 
@@ -42,7 +42,7 @@ class EnvTruth:
     truncated: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """task: "P" or "A"; prompt: what the model sees; completion: the exact
     reference answer (the text the model should write after the prompt);
