@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from rookworld.data_io import read_samples
 from rookworld.model import build_random
-from rookworld.pretrain import encode, lm_loss, make_batch
+from rookworld.sft import encode, lm_loss, make_batch
 
 
 def hf_model(policy):

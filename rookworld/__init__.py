@@ -1,5 +1,20 @@
 """rookworld: GRPO (RL with verifiable rewards) for chess language models, configured with Hydra.
 
+The modules in layers, bottom up; a module imports from its own layer and those below it
+only, and no import cycle exists (tests/test_layout.py checks both, and that every module
+is listed; a subpackage's name covers its modules):
+
+    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, lr
+    tasks: chess_tasks
+    maths: gpt2, forward, forward_attention, forward_blocks, forward_gelu, forward_matmul,
+        tape, sampling, advantages, kl, grpo, guards, sft
+    config: config
+    data and rewards: data, data_io, task_mix, rewards
+    backend: backends, model
+    engine: engine, batch, anchor, evaluation, runtime
+    tracking: checkpoint, loggers, report, diff, resume, model_card, sweeps
+    entry points: train, pretrain, evaluate
+
 Importing the package bounds two CPU kernel caches before torch's oneDNN builds its first
 compiled product (see `CPU_KERNEL_CACHE`): the one process-wide choice that cannot wait for
 `runtime.setup`, which makes the others and records this one.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from .chess_tasks import Sample
-from .pretrain import encode, lm_loss, make_batch
+from .sft import encode, lm_loss, make_batch
 
 
 class Anchor:

@@ -22,12 +22,13 @@ import pickle
 import random
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
+from .errors import ConfigError
+from .files import apply_umask, atomic_write_text, fsync_dir
 from .redact import redact
 
 LATEST = "latest"
@@ -38,8 +39,6 @@ RUN_CONFIG = "run_config.yaml"  # the run's own config (secrets masked), read by
 
 def ensure_writable(run_dir: Path) -> None:
     """Create run_dir and prove a file can be written there, before anything runs."""
-    from .config import ConfigError
-
     probe = Path(run_dir) / ".write-probe"
     try:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -65,8 +64,6 @@ class RunLock:
         import socket
         import time
 
-        from .config import ConfigError
-
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -86,47 +83,6 @@ class RunLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor releases the lock
             self.fd = None
-
-
-def file_mode() -> int:
-    """The mode the user's umask gives a new file (0666 & ~umask)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def apply_umask(directory: Path) -> None:
-    """Give every file under directory the mode the user's umask asks for: safetensors
-    (and mkstemp) write their files 0600 whatever the umask."""
-    mode = file_mode()
-    for f in Path(directory).rglob("*"):
-        if f.is_file():
-            os.chmod(f, mode)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text to path through a temporary file of its own (unique per writer, so that
-    writers racing on one path, such as torchrun's ranks, each replace it whole)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rng_state() -> dict:
@@ -167,7 +123,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     if final.exists():  # re-saving a step after a resume: move the old one aside atomically
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     shutil.rmtree(old, ignore_errors=True)
     atomic_write_text(root / LATEST, final.name)
     return final

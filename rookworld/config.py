@@ -12,7 +12,7 @@ from hydra.utils import instantiate as _instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .engine_settings import micro_batch_tokens
-from .redact import redact
+from .errors import ConfigError
 
 PACKAGE_DIR = Path(__file__).parent
 # instantiate() may only build the project's own callables (Hydra 1.4 execution whitelist).
@@ -26,14 +26,6 @@ def pkg_data(name: str) -> str:
 
 if not OmegaConf.has_resolver("pkg_data"):
     OmegaConf.register_resolver("pkg_data", pkg_data)
-
-
-class ConfigError(ValueError):
-    """An impossible or conflicting setting; the message names the key (secrets in
-    it are masked: it is printed and stored)."""
-
-    def __init__(self, message: str):
-        super().__init__(redact(str(message)))
 
 
 def instantiate(node, **kwargs):

@@ -17,10 +17,10 @@ import hydra
 from omegaconf import DictConfig
 
 from . import runtime
-from .checkpoint import atomic_write_text
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
 from .evaluation import Evaluator, before_after_table, paired_se
+from .files import atomic_write_text
 
 
 def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:

@@ -163,5 +163,5 @@ def save_policy(policy: Policy, directory: str | Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     policy.model.save_pretrained(directory, safe_serialization=True)
     policy.tokenizer.save_pretrained(directory)
-    from .checkpoint import apply_umask
+    from .files import apply_umask
     apply_umask(directory)

@@ -34,6 +34,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from .files import atomic_write_text
+
 MASK = "REDACTED"  # a plain word: stays valid YAML, JSON string content and URL text
 # A name that ends in one of these words names a secret (max_new_tokens does not: "tokens").
 _WORDS = (r"(?:password|passwd|secret|token|api_?key|apikey|access_?key|private_?key"
@@ -98,8 +100,6 @@ def redact_file(path: Path) -> bool:
     clean = redact(text)
     if clean == text:
         return False
-    from .checkpoint import atomic_write_text  # checkpoint imports this module
-
     atomic_write_text(path, clean)
     return True
 

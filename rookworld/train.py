@@ -28,7 +28,6 @@ from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
     RunLock,
-    atomic_write_text,
     ensure_writable,
     fold_into,
     latest_checkpoint,
@@ -51,6 +50,7 @@ from .distributed import init as init_distributed
 from .engine import GRPOEngine
 from .engine_settings import EngineSettings, micro_batch_tokens
 from .evaluation import Evaluator, before_after_table, paired_se
+from .files import atomic_write_text
 from .guards import KLGuard, NaNGuard, Outcome
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume

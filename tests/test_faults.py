@@ -27,12 +27,12 @@ from rookworld.checkpoint import (
     MANIFEST,
     CheckpointError,
     MetricsFile,
-    atomic_write_text,
     is_complete,
     latest_checkpoint,
     save_checkpoint,
 )
 from rookworld.config import ConfigError, compose
+from rookworld.files import atomic_write_text
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
 # State that a resume must restore: Adam moments and a large lr (weights move a lot),

@@ -57,9 +57,9 @@ class HFBackend:
     uses_tape = False
 
     def prepare(self, model):
-        from . import is_rookworld_gpt2
+        from ..gpt2 import GPT2LMHeadModel
 
-        return model.to_transformers() if is_rookworld_gpt2(model) else model
+        return model.to_transformers() if isinstance(model, GPT2LMHeadModel) else model
 
     def logits_module(self, model, recompute=False):
         if recompute:

@@ -43,7 +43,7 @@ from pathlib import Path
 import optuna
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ..checkpoint import atomic_write_text
+from ..files import atomic_write_text
 from ..guards import OUTCOMES
 from .storage import HEARTBEAT_S, open_storage
 

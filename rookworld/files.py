@@ -1,0 +1,52 @@
+"""Files written safely: atomic replacement and the user's umask.
+
+The bottom of the package (it imports nothing of rookworld): checkpoints, redaction, the
+run's reports and the model files all write through it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def file_mode() -> int:
+    """The mode the user's umask gives a new file (0666 & ~umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def apply_umask(directory: Path) -> None:
+    """Give every file under directory the mode the user's umask asks for: safetensors
+    (and mkstemp) write their files 0600 whatever the umask."""
+    mode = file_mode()
+    for f in Path(directory).rglob("*"):
+        if f.is_file():
+            os.chmod(f, mode)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text to path through a temporary file of its own (unique per writer, so that
+    writers racing on one path, such as torchrun's ranks, each replace it whole)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
