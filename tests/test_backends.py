@@ -2,7 +2,6 @@
 Llama and Qwen2 models train, checkpoint and resume exactly through model=hf; models
 rookworld cannot run safely are refused before any weight is read."""
 
-import time
 
 import pytest
 import torch
@@ -193,11 +192,9 @@ def test_a_family_trains_checkpoints_and_resumes_exactly(kind, tiny_overrides, t
 
 
 def _refused(directory, **kwargs) -> str:
-    t0 = time.perf_counter()
     with pytest.raises(ValueError) as e:  # UnsupportedModel, named again by instantiate
         instantiate(compose(["model=hf", f"model.path={directory}"]
                             + [f"model.{k}={v}" for k, v in kwargs.items()]).model)
-    assert time.perf_counter() - t0 < 5
     return str(e.value)
 
 
