@@ -1,11 +1,9 @@
 """Held-out curves against training minutes for the learning study's arms:
 
-    python experiments/learning/plot.py --grpo RUN_DIR... --sft OUT_DIR... --trl OUT_DIR... \
-        [--grpo-legal RUN_DIR...]
+    python experiments/learning/plot.py --grpo RUN_DIR... --sft OUT_DIR... --trl OUT_DIR...
 
-GRPO runs (--grpo: the study's graduated recipe; --grpo-legal: the runs whose reward is
-legal_moves) are `python -m rookworld.train` run directories (metrics.jsonl: training minutes
-are the summed step times, evaluations excluded); SFT and TRL directories hold a
+GRPO runs (--grpo) are `python -m rookworld.train` run directories (metrics.jsonl: training
+minutes are the summed step times, evaluations excluded); SFT and TRL directories hold a
 curve.jsonl (rookworld.pretrain's curve, trl_arm.py's) whose rows carry `train_minutes`.
 Writes curve.png next to this file and prints a Markdown table: per arm and seed, the
 headline metric at the start and at the end with ~95% intervals, and the gain per
@@ -68,14 +66,12 @@ def main() -> None:
     ap.add_argument("--grpo", nargs="*", default=[])
     ap.add_argument("--sft", nargs="*", default=[])
     ap.add_argument("--trl", nargs="*", default=[])
-    ap.add_argument("--grpo-legal", nargs="*", default=[])
     ap.add_argument("--key", default=KEY)
     a = ap.parse_args()
-    arms = {"rookworld GRPO, graduated": [grpo_points(Path(r)) for r in a.grpo]}
-    start = arms["rookworld GRPO, graduated"][0][0] if a.grpo else None
+    arms = {"rookworld GRPO": [grpo_points(Path(r)) for r in a.grpo]}
+    start = arms["rookworld GRPO"][0][0] if a.grpo else None
     arms["continued SFT"] = [curve_points(Path(r), start) for r in a.sft]
     arms["TRL GRPOTrainer"] = [curve_points(Path(r), start) for r in a.trl]
-    arms["rookworld GRPO, legal_moves"] = [grpo_points(Path(r)) for r in a.grpo_legal]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     lines = [f"| arm | seed | {a.key} at start | at end | change | training min | "
              "change per min |", "|---|---|---|---|---|---|---|"]

@@ -15,8 +15,10 @@ wrapper hides `position_ids` from generate, which then passes none: without them
 sampling would run a model other than the one trained; tests/test_study_arms.py checks it).
 
 Writes DIR/curve.jsonl: one row per evaluation (`step`, `train_minutes`, and the eval/*
-metrics with their standard errors), the same schema as rookworld.pretrain's curve, and
-DIR/trl_log.jsonl: TRL's own metrics of every step (reward, kl, entropy, clip ratios).
+metrics with their standard errors), the same schema as rookworld.pretrain's curve,
+DIR/trl_log.jsonl: TRL's own metrics of every step (reward, kl, entropy, clip ratios), and
+DIR/model: the trained model in the hub layout (`python -m rookworld.evaluate
+model.path=DIR/model` measures it).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def main() -> None:
     from rookworld.config import compose, instantiate, prompts_per_step
     from rookworld.data_io import read_samples
     from rookworld.evaluation import Evaluator
-    from rookworld.model import EMBEDDED_DIR, load_embedded
+    from rookworld.model import EMBEDDED_DIR, load_embedded, save_policy
 
     cfg = compose([f"seed={a.seed}", *a.overrides])
     out = Path(a.out)
@@ -143,6 +145,7 @@ def main() -> None:
     torch.manual_seed(a.seed)
     trainer.train()
     curve.close()
+    save_policy(policy, out / "model")  # the last evaluation's weights: the trained model
 
 
 if __name__ == "__main__":
