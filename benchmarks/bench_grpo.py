@@ -90,18 +90,29 @@ def overrides(a) -> list[str]:
             f"device={a.device}", f"autocast={a.autocast}"]
 
 
-def prompt_draws(a, extra: tuple = ()):
-    """(config, task mix, pools, reward): the prompts of step s are
-    mix.draw(pools, P, s, seed) for both implementations. Only the config, the data, the
-    task mix and the reward are imported here, so the TRL process carries none of
-    rookworld's engine (its matrix-library probe, kernels, sweep modules)."""
+def job_config(a, extra: tuple = ()):
+    """(config, reward) of this benchmark's step. Only the config and the reward are
+    imported here, so the TRL process carries none of rookworld's engine (its
+    matrix-library probe, kernels, sweep modules)."""
     from rookworld.config import compose, instantiate
-    from rookworld.data_io import read_samples
 
     cfg = compose(overrides(a) + list(extra))
+    return cfg, instantiate(cfg.reward)
+
+
+def step_prompts(a) -> list[list]:
+    """The P prompts of every step, `mix.draw(pools, P, s, seed)` from the bundled training
+    data, drawn once in the parent and handed to each worker: the peak RSS of a worker is
+    its implementation's, not that of 100,000 training samples as Python objects (about
+    210 MiB, which both workers would otherwise hold alike)."""
+    from rookworld.config import instantiate
+    from rookworld.data_io import read_samples
+
+    cfg, _ = job_config(a)
     train = read_samples(cfg.data.train)
     pools = {t: [s for s in train if s.task == t] for t in ("P", "A")}
-    return cfg, instantiate(cfg.task_mix), pools, instantiate(cfg.reward)
+    mix = instantiate(cfg.task_mix)
+    return [mix.draw(pools, a.prompts, step, cfg.seed) for step in range(a.warmup + a.steps)]
 
 
 def param_checksum(model) -> float:
@@ -137,7 +148,8 @@ ABLATIONS = (
 )
 
 
-def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> None:
+def rookworld_worker(a, conn, prompts: list, extra: tuple = (), env: dict | None = None
+                     ) -> None:
     import os
 
     os.environ.update(env or {})
@@ -146,7 +158,7 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
     from rookworld import runtime
     from rookworld.train import build_engine, build_parts
 
-    cfg, mix, pools, reward = prompt_draws(a, extra)
+    cfg, reward = job_config(a, extra)
     parts = build_parts(cfg)  # validates the config, as `python -m rookworld.train` does
     runtime.setup(cfg.cpu_matmul)  # as train does, before the model
     torch.manual_seed(cfg.seed)
@@ -154,9 +166,8 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
     conn.send({"checksum": param_checksum(engine.model), "threads": torch.get_num_threads()})
     step = 0
     while conn.recv() == "step":
-        samples = mix.draw(pools, a.prompts, step, cfg.seed)
         t0 = time.perf_counter()
-        batch = engine.rollout(samples, step)
+        batch = engine.rollout(prompts[step], step)
         m = batch.metrics | engine.update(batch, step)
         gpu_mb = gpu_peak_mb(a.device)
         out = {"step_s": time.perf_counter() - t0, "gpu_peak_mb": gpu_mb, "tokens": m["sample/tokens"],
@@ -171,7 +182,7 @@ def rookworld_worker(a, conn, extra: tuple = (), env: dict | None = None) -> Non
 
 
 # ---------------------------------------------------------------------- TRL
-def trl_worker(a, conn) -> None:
+def trl_worker(a, conn, prompts: list) -> None:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -180,9 +191,9 @@ def trl_worker(a, conn) -> None:
     from rookworld import precision
     from rookworld.model import build_random, save_policy
 
-    cfg, mix, pools, reward = prompt_draws(a)
+    cfg, reward = job_config(a)
     steps = a.warmup + a.steps
-    draws = [s for step in range(steps) for s in mix.draw(pools, a.prompts, step, cfg.seed)]
+    draws = [s for step_samples in prompts for s in step_samples]
     by_prompt = {s.prompt: s for s in draws}
     timers = dict.fromkeys(PHASES, 0.0)
 
@@ -352,14 +363,14 @@ def main() -> None:
         jobs = [("rookworld" if len(backends) == 1 else f"rookworld:{b}", rookworld_worker,
                  (), job_args(a, b)) for b in backends if a.impl in ("both", "rookworld")]
         jobs += [("trl", trl_worker, (), job_args(a, "hf"))] if a.impl in ("both", "trl") else []
-    # the data check runs here once, where it may use worker processes; the workers
-    # (daemonic: no children of their own) then read its cached result
-    prompt_draws(job_args(a, a.backend.split(",")[0]))
+    # the data check runs here once, where it may use worker processes (the workers are
+    # daemonic: no children of their own); the workers get the drawn prompts
+    prompts = step_prompts(job_args(a, a.backend.split(",")[0]))
     job_a = {}
     for name, fn, more, *own in jobs:
         job_a[name] = own[0] if own else a
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=fn, args=(job_a[name], child, *more), daemon=True)
+        proc = ctx.Process(target=fn, args=(job_a[name], child, prompts, *more), daemon=True)
         proc.start()
         child.close()  # the worker's end: a worker that dies then ends recv() with EOFError
         workers[name] = (proc, parent)
