@@ -86,6 +86,13 @@ class RunResult:
 
 def build_parts(cfg: DictConfig) -> Parts:
     validate(cfg)
+    if cfg.model.get("_target_") == "rookworld.backends.hub.load_hf":
+        from .backends.hub import check  # config and weight format, before the data loads
+
+        try:
+            check(**{k: v for k, v in cfg.model.items() if k != "_target_"})
+        except (ValueError, FileNotFoundError) as e:  # UnsupportedModel is a ValueError
+            raise ConfigError(str(e)) from None
     kl = instantiate(cfg.kl)
     if kl.needs_reference and not cfg.reference.enabled:
         raise ConfigError(f"kl={type(kl).__name__} needs a reference model but "

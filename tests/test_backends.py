@@ -215,6 +215,17 @@ def test_unsupported_models_are_refused_before_any_weight_is_read(tmp_path):
     assert "model_type 'mine'" in _refused(bert)
 
 
+def test_train_refuses_an_unsupported_model_before_it_loads_data_or_writes(tmp_path):
+    import json
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (bert / "model.safetensors").write_bytes(b"not weights")
+    with pytest.raises(ConfigError, match="model_type 'bert' is not a decoder-only"):
+        run(compose(["model=hf", f"model.path={bert}", "logger=none"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # no data check, no run directory
+
+
 def test_a_hub_model_is_checked_from_its_config_and_index_before_any_download(tmp_path,
                                                                             monkeypatch):
     """Only config.json and the shard index are fetched before the refusal; the snapshot

@@ -66,10 +66,11 @@ def check_weights(names: set[str] | None, index: dict | None, where: str) -> Non
                                "pickled weights: convert them to safetensors")
 
 
-def preflight(path: str | None, local_files_only: bool = False, revision: str | None = None) -> Path:
+def preflight(path: str | None, local_files_only: bool = False, revision: str | None = None,
+              fetch: bool = True) -> Path | None:
     """Check config and weight format, then return a local directory with the model
-    (a hub id is fetched only once it passed). Raises UnsupportedModel or
-    FileNotFoundError before any weight is downloaded or read."""
+    (a hub id is fetched only once it passed; fetch=False: checked only, None returned).
+    Raises UnsupportedModel or FileNotFoundError before any weight is downloaded or read."""
     if not path:
         raise UnsupportedModel("model.path is not set: give a hub id (owner/name) or a local "
                                "directory")
@@ -88,17 +89,19 @@ def preflight(path: str | None, local_files_only: bool = False, revision: str | 
     from huggingface_hub import hf_hub_download, snapshot_download
     from huggingface_hub.errors import EntryNotFoundError
 
-    def fetch(name: str) -> Path:
+    def one_file(name: str) -> Path:
         return Path(hf_hub_download(path, name, revision=revision,
                                     local_files_only=local_files_only))
-    check_config(json.loads(fetch("config.json").read_text()), f"model.path={path}")
+    check_config(json.loads(one_file("config.json").read_text()), f"model.path={path}")
     try:
-        index = json.loads(fetch(INDEX).read_text())
+        index = json.loads(one_file(INDEX).read_text())
     except EntryNotFoundError:
         index = None
     names = None if index is not None else ({SINGLE} if _hub_has(path, SINGLE, revision, local_files_only)
                                 else set())
     check_weights(names, index, f"model.path={path}")
+    if not fetch:
+        return None
     return Path(snapshot_download(path, revision=revision, allow_patterns=HUB_FILES,
                                   local_files_only=local_files_only))
 
@@ -114,6 +117,23 @@ def _hub_has(repo: str, name: str, revision: str | None, local_files_only: bool)
     return file_exists(repo, name, revision=revision)
 
 
+def check_settings(trust_remote_code: bool, dtype: str) -> None:
+    if trust_remote_code:
+        raise UnsupportedModel("model.trust_remote_code=true is refused: rookworld never runs "
+                               "code from a model repository; pick a model transformers "
+                               "implements")
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype must be one of {' | '.join(DTYPES)}, got {dtype!r}")
+
+
+def check(path: str | None = None, dtype: str = "float32", trust_remote_code: bool = False,
+          local_files_only: bool = False, revision: str | None = None, **_) -> None:
+    """What `load_hf` checks before any weight moves, without fetching the model: train runs
+    it with the config's other checks, before the data loads."""
+    check_settings(trust_remote_code, dtype)
+    preflight(path, local_files_only, revision, fetch=False)
+
+
 def load_hf(path: str | None = None, dtype: str = "float32", trust_remote_code: bool = False,
             bos_before_prompt: bool = False, local_files_only: bool = False,
             revision: str | None = None):
@@ -124,12 +144,7 @@ def load_hf(path: str | None = None, dtype: str = "float32", trust_remote_code: 
 
     from ..model import Policy, check_vocab
 
-    if trust_remote_code:
-        raise UnsupportedModel("model.trust_remote_code=true is refused: rookworld never runs "
-                               "code from a model repository; pick a model transformers "
-                               "implements")
-    if dtype not in DTYPES:
-        raise ValueError(f"model.dtype must be one of {' | '.join(DTYPES)}, got {dtype!r}")
+    check_settings(trust_remote_code, dtype)
     directory = preflight(path, local_files_only, revision)
     config = AutoConfig.from_pretrained(directory, trust_remote_code=False,
                                         local_files_only=True)
