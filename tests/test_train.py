@@ -23,6 +23,10 @@ def test_every_option_composes_and_builds_before_the_model(group, option):
     if option == "engine" and not STOCKFISH:
         pytest.skip("stockfish not installed")
     cfg = compose([f"{group}={option}"])
+    if (group, option) == ("model", "hf"):  # its config and weights are checked here too
+        with pytest.raises(ConfigError, match="model.path is not set"):
+            build_parts(cfg)
+        return
     parts = build_parts(cfg)  # validates and builds everything but the model and reward
     assert set(parts.sampling) == {"P", "A"}
     if group == "reward":
