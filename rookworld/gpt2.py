@@ -251,3 +251,7 @@ class GPT2LMHeadModel(nn.Module):
         hf.load_state_dict(self.state_dict())
         return hf.to(self.transformer.wte.weight.dtype).eval()
 
+
+def is_rookworld_gpt2(model) -> bool:
+    """Whether model is this module's GPT-2, the class the fast_gpt2 backend runs."""
+    return isinstance(model, GPT2LMHeadModel)

@@ -2,7 +2,6 @@
 Llama and Qwen2 models train, checkpoint and resume exactly through model=hf; models
 rookworld cannot run safely are refused before any weight is read."""
 
-
 import pytest
 import torch
 from test_engine import LengthReward

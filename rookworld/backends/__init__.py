@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from ..gpt2 import is_rookworld_gpt2
 from ..sampling import Rollout, SamplingSettings
 
 CHOICES = ("auto", "fast_gpt2", "hf")
@@ -46,12 +47,6 @@ class Backend(Protocol):
 
     def prepare(self, model) -> nn.Module:
         """The model as this backend runs it (the engine's copy: dtype, class)."""
-
-
-def is_rookworld_gpt2(model) -> bool:
-    from ..gpt2 import GPT2LMHeadModel
-
-    return isinstance(model, GPT2LMHeadModel)
 
 
 def resolve(choice: str, model, device, autocast: torch.dtype | None = None) -> Backend:

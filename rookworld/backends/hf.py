@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..forward import chunked, positions_from_mask
+from ..gpt2 import is_rookworld_gpt2
 from ..sampling import Rollout, decode_tokens, left_pad
 
 # Elements of [rows, T, V] float32 logits per no-grad log-prob chunk when micro_batch is 0
@@ -57,9 +58,7 @@ class HFBackend:
     uses_tape = False
 
     def prepare(self, model):
-        from ..gpt2 import GPT2LMHeadModel
-
-        return model.to_transformers() if isinstance(model, GPT2LMHeadModel) else model
+        return model.to_transformers() if is_rookworld_gpt2(model) else model
 
     def logits_module(self, model, recompute=False):
         if recompute:

@@ -118,6 +118,7 @@ def _hub_has(repo: str, name: str, revision: str | None, local_files_only: bool)
 
 
 def check_settings(trust_remote_code: bool, dtype: str) -> None:
+    """The model settings refused whatever the model: remote code, an unknown dtype."""
     if trust_remote_code:
         raise UnsupportedModel("model.trust_remote_code=true is refused: rookworld never runs "
                                "code from a model repository; pick a model transformers "
