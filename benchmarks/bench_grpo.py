@@ -17,7 +17,8 @@ completion length L (forced: end-of-text is suppressed until L tokens), beta,
 temperature 1.0, learning rate, grad clip, and one optimiser step per generation
 batch. TRL loads the model from a local directory (no network).
 
-Each implementation runs in its own process (so each peak RSS is its own); the
+Each implementation runs in its own process, so each peak RSS is its own (VmHWM,
+`rookworld.memory.peak_rss_mb`: ru_maxrss would count the parent's peak at the spawn); the
 parent tells them to take one step in turn (warm-up steps first, then the
 measured ones, alternating so that machine drift hits both alike), then prints
 one JSON line per implementation: median step seconds, completion tokens per
@@ -42,10 +43,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import resource
 import statistics
 import tempfile
 import time
+
+from rookworld.memory import peak_rss_mb
 
 SHAPES = {
     "small": dict(n_layer=4, n_embd=256, n_head=4, prompts=4),
@@ -53,10 +55,6 @@ SHAPES = {
 }
 VOCAB = 96  # build_char_tokenizer(): 95 printable characters + <|endoftext|>
 PHASES = ("sample_s", "score_s", "ref_s", "update_s")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def calibrate(size: int = 2048, reps: int = 10) -> float:

@@ -4,7 +4,8 @@ The modules in layers, bottom up; a module imports from its own layer and those 
 only, and no import cycle exists (tests/test_layout.py checks both, and that every module
 is listed; a subpackage's name covers its modules):
 
-    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, lr
+    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, lr,
+        memory
     tasks: chess_tasks
     maths: gpt2, forward, forward_attention, forward_blocks, forward_gelu, forward_matmul,
         tape, sampling, advantages, kl, grpo, guards, sft

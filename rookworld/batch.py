@@ -1,10 +1,9 @@
 """What the engine's rollout hands its update (`Batch`), the merge of per-task rollouts
 (`merge_rollouts`), its metrics (`rollout_metrics`), the update's chunk size
-(`micro_batch_rows`) and the process's peak memory (`peak_memory_mb`)."""
+(`micro_batch_rows`)."""
 
 from __future__ import annotations
 
-import resource
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -80,12 +79,6 @@ def micro_batch_rows(n: int, group: int, prompt_width: int, completion_width: in
     if rows % group == 0 and n % group == 0:
         return group * -(-(n // group) // chunks)
     return -(-n // chunks)
-
-
-def peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rollout_metrics(rows, texts, scored, rewards, adv, zero, r, group: int) -> dict:

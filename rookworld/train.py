@@ -23,7 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from . import forward_matmul, precision, runtime
-from .batch import peak_memory_mb
 from .checkpoint import (
     RUN_CONFIG,
     MetricsFile,
@@ -52,6 +51,7 @@ from .engine_settings import EngineSettings, micro_batch_tokens
 from .evaluation import Evaluator, before_after_table, paired_se
 from .files import atomic_write_text
 from .guards import KLGuard, NaNGuard, Outcome
+from .memory import peak_memory_mb
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume
 from .sampling import NonFiniteLogits

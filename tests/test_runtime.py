@@ -1,11 +1,14 @@
 """The runtime set-up makes the process-wide choices and describes what is in effect."""
 
 import json
+import multiprocessing as mp
+import sys
 
 import pytest
 import torch
 
 from rookworld import forward_matmul, runtime
+from rookworld.memory import peak_rss_mb
 
 
 @pytest.fixture
@@ -47,3 +50,23 @@ def test_setup_starts_a_new_allocator_record(restored):
     runtime.choose_allocator(0, 10, torch.device("cpu"))  # 0: glibc left alone
     assert runtime.describe()["allocator"]["mmap_threshold_kib"] == 0
     assert runtime.setup("blas")["allocator"] == {}
+
+
+def _child_peak(conn) -> None:
+    from rookworld.memory import peak_rss_mb
+
+    conn.send(peak_rss_mb())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+def test_peak_rss_is_the_process_own_not_its_parents():
+    """A spawned child's peak is its own: ru_maxrss would start at the parent's (the
+    benchmarks' workers are such children)."""
+    held = torch.ones(400 * 2**20 // 4)  # 400 MiB in the parent while the child runs
+    parent, child = mp.get_context("spawn").Pipe()
+    proc = mp.get_context("spawn").Process(target=_child_peak, args=(child,))
+    proc.start()
+    own = parent.recv()
+    proc.join(timeout=60)
+    assert peak_rss_mb() > 400 and own < 350, (peak_rss_mb(), own)
+    del held
