@@ -10,7 +10,8 @@ total_steps is usually left out of the YAML: AdamWSpec.build(params, total_steps
 
 AdamW runs on fp32 weights, because an optimiser stepping bf16 weights rounds small updates
 to zero; mixed precision is autocast over them (`precision.py`). build() refuses non-fp32
-parameters.
+parameters. On the CPU and CUDA it is `FusedAdamW`: torch's fused AdamW kernel and state,
+stepped without importing torch's compiler stack.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 
@@ -154,8 +156,9 @@ class AdamWSpec:
         # benchmarks' switch for torch's default form
         fused = (os.environ.get("ROOKWORLD_FUSED_ADAMW", "1") != "0"
                  and all(p.device.type in ("cpu", "cuda") for p in params))
-        opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=self.lr,
-                                betas=self.betas, eps=self.eps, fused=fused or None)
+        opt = (FusedAdamW if fused else torch.optim.AdamW)(
+            [g for g in groups if g["params"]], lr=self.lr, betas=self.betas, eps=self.eps,
+            fused=fused or None)
         schedule = dataclasses.replace(self.schedule, total_steps=total_steps)
         return opt, LambdaLR(opt, schedule)
 
@@ -168,6 +171,47 @@ class AdamWSpec:
     def __repr__(self) -> str:
         return (f"AdamWSpec(lr={self.lr}, weight_decay={self.weight_decay}, betas={self.betas}, "
                 f"eps={self.eps}, grad_clip={self.grad_clip}, schedule={self.schedule})")
+
+
+class FusedAdamW(torch.optim.AdamW):
+    """torch's AdamW with fused=True, the same kernel (`torch._fused_adamw_`), state and
+    state_dict, stepped without torch.optim's compiler guards: those import torch._dynamo
+    and sympy on an optimiser's first use, about 70 MiB of every training process that
+    never compiles (figures: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize,
+    closure or grad scaler; `build` makes it with those off."""
+
+    # torch wraps these four in a lazy `torch._disable_dynamo`; the bodies are unchanged
+    add_param_group = Optimizer.add_param_group.__wrapped__
+    zero_grad = Optimizer.zero_grad.__wrapped__
+    state_dict = Optimizer.state_dict.__wrapped__
+    load_state_dict = Optimizer.load_state_dict.__wrapped__
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        if closure is not None:
+            raise ValueError("FusedAdamW takes no closure")
+        for group in self.param_groups:
+            if group["amsgrad"] or group["maximize"]:
+                raise ValueError("FusedAdamW runs plain AdamW: amsgrad and maximize off")
+            lists: dict = {}  # one kernel call per (device, dtype), as torch's fused path
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if not st:  # torch's fused state: a float32 step on the parameter's device
+                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                for out, x in zip(lists.setdefault((p.device, p.dtype), ([], [], [], [], [])),
+                                  (p, p.grad, st["exp_avg"], st["exp_avg_sq"], st["step"])):
+                    out.append(x)
+            beta1, beta2 = group["betas"]
+            for params, grads, exp_avgs, exp_avg_sqs, steps in lists.values():
+                torch._foreach_add_(steps, 1)
+                torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps,
+                                    lr=group["lr"], beta1=beta1, beta2=beta2,
+                                    weight_decay=group["weight_decay"], eps=group["eps"],
+                                    amsgrad=False, maximize=False)
 
 
 def scale_lr(scheduler: LambdaLR, factor: float) -> None:

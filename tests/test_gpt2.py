@@ -103,16 +103,20 @@ def test_bad_checkpoints_are_refused_with_their_reason(tmp_path):
         GPT2LMHeadModel.from_pretrained(tmp_path)
 
 
-def test_training_never_imports_transformers_model_classes():
-    """The engine and the embedded model load without transformers.modeling_utils (what that
-    saves a GRPO process: benchmarks/README.md)."""
-    code = """
+def test_a_grpo_step_imports_no_model_classes_or_compiler(tiny_overrides):
+    """A rollout and an update load neither transformers.modeling_utils nor torch's compiler
+    stack (torch._dynamo, sympy; `lr.FusedAdamW`, `tape.backward_with`): what that saves
+    a GRPO process is in benchmarks/README.md."""
+    code = f"""
 import sys
-from rookworld.config import compose
+from rookworld.config import compose, instantiate
+from rookworld.data_io import read_samples
 from rookworld.train import build_engine, build_parts
-cfg = compose(["logger=none"])
-engine = build_engine(cfg, build_parts(cfg), None)
-print("transformers.modeling_utils" in sys.modules)
+cfg = compose({tiny_overrides!r})
+engine = build_engine(cfg, build_parts(cfg), instantiate(cfg.reward))
+batch = engine.rollout(read_samples(cfg.data.train)[:2], 0)
+engine.update(batch, 0)
+print([m for m in ("transformers.modeling_utils", "torch._dynamo", "sympy") if m in sys.modules])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,6 +1,8 @@
 """rookworld.lr: schedule values by hand, AdamWSpec validation, fp32 master weights,
-gradient clipping, LR back-off and exact resume of optimiser + scheduler."""
+gradient clipping, LR back-off, exact resume of optimiser + scheduler, and FusedAdamW
+against torch's fused AdamW."""
 
+import copy
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -10,10 +12,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import rookworld.lr
 from rookworld.lr import (
     AdamWSpec,
     Constant,
     Cosine,
+    FusedAdamW,
     Linear,
     cosine_ratio,
     linear_ratio,
@@ -151,6 +155,34 @@ def test_resume_equals_uninterrupted():
     s3.load_state_dict(ckpt["sched"])
     assert first + _train(m3, o3, s3, 3, seed=2) == lrs
     for a, b in zip(m1.parameters(), m3.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fused_adamw_steps_and_saves_as_torchs_fused_adamw(monkeypatch):
+    """The same weights to the bit over a decaying schedule, with a parameter that has no
+    gradient at first; each state_dict loads into the other and both go on alike."""
+    spec = AdamWSpec(lr=1e-2, weight_decay=0.1, schedule=Cosine(warmup_steps=2, min_ratio=0.1))
+    ours, torchs = _model(), _model()
+    o1, s1 = spec.build(ours.parameters(), 8)
+    monkeypatch.setattr(rookworld.lr, "FusedAdamW", torch.optim.AdamW)  # build's groups
+    o2, s2 = spec.build(torchs.parameters(), 8)
+    assert type(o1) is FusedAdamW and type(o2) is torch.optim.AdamW and o2.defaults["fused"]
+    for m in (ours, torchs):
+        m[2].bias.requires_grad_(False)  # no gradient: no state, no step
+    _train(ours, o1, s1, 2, seed=1)
+    _train(torchs, o2, s2, 2, seed=1)
+    for m in (ours, torchs):
+        m[2].bias.requires_grad_(True)
+    assert _train(ours, o1, s1, 3, seed=2) == _train(torchs, o2, s2, 3, seed=2)
+    for a, b in zip(ours.parameters(), torchs.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert str(o1.state_dict()) == str(o2.state_dict())
+    state1, state2 = copy.deepcopy(o1.state_dict()), copy.deepcopy(o2.state_dict())
+    o1.load_state_dict(state2)  # a copy: load_state_dict keeps the tensors it is given
+    o2.load_state_dict(state1)
+    _train(ours, o1, s1, 2, seed=3)
+    _train(torchs, o2, s2, 2, seed=3)
+    for a, b in zip(ours.parameters(), torchs.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
