@@ -1,4 +1,5 @@
-"""Native CPU kernels (rookworld/csrc/kernels.c), built at first use, loaded through ctypes.
+"""Native CPU kernels (rookworld/csrc: kernels.c and one file per kernel), built at first
+use into one library, loaded through ctypes.
 
 - the decoding step's attention over the sampler's grouped KV cache
   (`decode_attention_kernel`, used by `sampling.KVCache.attend`);
@@ -8,7 +9,7 @@
   backward (`prefix_attention_kernels`, used by `forward.prompt_completion_attention`).
 
 The library is compiled on the machine that runs it (`cc -O3 -march=native -fopenmp`),
-once per source, compiler and CPU, into ROOKWORLD_NATIVE_DIR (default
+once per set of sources, compiler and CPU, into ROOKWORLD_NATIVE_DIR (default
 ~/.cache/rookworld/native), and runs on torch's own OpenMP threads (torch ships
 libgomp.so.1; the library links the same soname, so the loader hands it the copy already
 loaded).
@@ -29,7 +30,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-SOURCE = Path(__file__).parent / "csrc" / "kernels.c"
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = sorted(CSRC.glob("*.c"))  # compiled together, with the shared simd.h
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -52,12 +54,13 @@ def _cpu_flags() -> str:
 
 
 def _build(compiler: str) -> Path:
-    """The shared library for this source, compiler and CPU: built into the cache
+    """The shared library for these sources, compiler and CPU: built into the cache
     directory unless there already (written to a temporary name, then renamed, so
     processes building at once never load a partial file)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              timeout=60, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), compiler, version, " ".join(FLAGS),
+    texts = [f.name + "\n" + f.read_text() for f in sorted(CSRC.glob("*.[ch]"))]
+    key = hashlib.sha256("\0".join([*texts, compiler, version, " ".join(FLAGS),
                                     platform.machine(), _cpu_flags()]).encode()).hexdigest()
     root = Path(os.environ.get("ROOKWORLD_NATIVE_DIR")
                 or Path.home() / ".cache" / "rookworld" / "native")
@@ -68,7 +71,7 @@ def _build(compiler: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
+        done = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", tmp, "-lm"],
                               capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip()[-2000:])

@@ -1,5 +1,5 @@
-"""The native kernels (rookworld/csrc/kernels.c through rookworld/native.py): built once per
-source, switched off by ROOKWORLD_NATIVE=0, and decoding and teacher-forced attention equal
+"""The native kernels (rookworld/csrc through rookworld/native.py): built once per set of
+sources, switched off by ROOKWORLD_NATIVE=0, and decoding and teacher-forced attention equal
 to torch's paths (the GELU kernels: tests/test_forward.py)."""
 
 import os
