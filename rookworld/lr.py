@@ -176,15 +176,30 @@ class AdamWSpec:
 class FusedAdamW(torch.optim.AdamW):
     """torch's AdamW with fused=True, the same kernel (`torch._fused_adamw_`), state and
     state_dict, stepped without torch.optim's compiler guards: those import torch._dynamo
-    and sympy on an optimiser's first use, about 70 MiB of every training process that
-    never compiles (figures: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize,
-    closure or grad scaler; `build` makes it with those off."""
+    and sympy on an optimiser's first use (54 MiB of a GRPO process at the benchmark's
+    small shape: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize, closure or
+    grad scaler; `build` makes it with those off."""
 
-    # torch wraps these four in a lazy `torch._disable_dynamo`; the bodies are unchanged
-    add_param_group = Optimizer.add_param_group.__wrapped__
-    zero_grad = Optimizer.zero_grad.__wrapped__
-    state_dict = Optimizer.state_dict.__wrapped__
-    load_state_dict = Optimizer.load_state_dict.__wrapped__
+    # torch wraps these three in a lazy `torch._disable_dynamo`; the bodies are unchanged
+    add_param_group = getattr(Optimizer.add_param_group, "__wrapped__", Optimizer.add_param_group)
+    zero_grad = getattr(Optimizer.zero_grad, "__wrapped__", Optimizer.zero_grad)
+    state_dict = getattr(Optimizer.state_dict, "__wrapped__", Optimizer.state_dict)
+    _load = getattr(Optimizer.load_state_dict, "__wrapped__", Optimizer.load_state_dict)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._step_supports_amp_scaling = False  # a GradScaler unscales and checks first
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's, then the fused layout for a state saved by torch's unfused AdamW (a
+        float32 step on each parameter's device)."""
+        self._load(state_dict)
+        for group in self.param_groups:
+            group["fused"] = True
+            for p in group["params"]:
+                st = self.state.get(p)
+                if st and "step" in st:
+                    st["step"] = torch.as_tensor(st["step"], dtype=torch.float32).to(p.device)
 
     @torch.no_grad()
     def step(self, closure=None) -> None:

@@ -31,7 +31,8 @@ from functools import cache
 from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = sorted(CSRC.glob("*.c"))  # compiled together, with the shared simd.h
+SOURCES = tuple(CSRC / f for f in ("kernels.c", "decode_attention.c", "gelu.c",
+                                    "prefix_attention.c"))  # one library; they share simd.h
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -59,7 +60,7 @@ def _build(compiler: str) -> Path:
     processes building at once never load a partial file)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              timeout=60, check=True).stdout
-    texts = [f.name + "\n" + f.read_text() for f in sorted(CSRC.glob("*.[ch]"))]
+    texts = [f.name + "\n" + f.read_text() for f in (*SOURCES, CSRC / "simd.h")]
     key = hashlib.sha256("\0".join([*texts, compiler, version, " ".join(FLAGS),
                                     platform.machine(), _cpu_flags()]).encode()).hexdigest()
     root = Path(os.environ.get("ROOKWORLD_NATIVE_DIR")
@@ -118,19 +119,19 @@ def library() -> ctypes.CDLL | None:
 
 
 def decode_attention_kernel():
-    """`rw_decode_attention` (see kernels.c), or None."""
+    """`rw_decode_attention` (csrc/decode_attention.c), or None."""
     lib = library()
     return lib.rw_decode_attention if lib is not None else None
 
 
 def gelu_kernels():
-    """(gelu_, gelu_gate, gelu_backward) (see kernels.c), or None."""
+    """(gelu_, gelu_gate, gelu_backward) (csrc/gelu.c), or None."""
     lib = library()
     return (lib.rw_gelu_, lib.rw_gelu_gate, lib.rw_gelu_backward) if lib is not None else None
 
 
 def prefix_attention_kernels():
-    """(forward, backward) of the teacher-forced attention (see kernels.c), or None."""
+    """(forward, backward) of the teacher-forced attention (csrc/prefix_attention.c), or None."""
     lib = library()
     return (lib.rw_prefix_attention, lib.rw_prefix_attention_backward) if lib is not None \
         else None

@@ -172,11 +172,17 @@ class Tape:
 
 
 def backward_with(out: Tensor, grad: Tensor) -> None:
-    """out.backward(grad), taken as the gradient of sum(out * grad): the same gradients to
-    the bit (the product's backward multiplies grad by 1), without the shape check torch
-    runs on a given gradient, whose first call imports torch.fx's symbolic shapes and
-    sympy (benchmarks/README.md)."""
-    (out * grad).sum().backward()
+    """out.backward(grad) through autograd's engine directly, as torch.autograd.backward
+    runs it, without the check of the given gradient that first imports torch.fx's
+    symbolic shapes and sympy (benchmarks/README.md); the shapes are checked here."""
+    if out.shape != grad.shape:
+        raise ValueError(f"gradient of shape {tuple(grad.shape)} for an output of shape "
+                         f"{tuple(out.shape)}")
+    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if run is None:  # a torch without it: the public call, and its imports
+        out.backward(grad)
+    else:
+        run((out,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
 def _even_chunks(n: int, most: int) -> list[tuple[int, int]]:

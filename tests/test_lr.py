@@ -186,6 +186,43 @@ def test_fused_adamw_steps_and_saves_as_torchs_fused_adamw(monkeypatch):
         assert torch.equal(a, b)
 
 
+def test_fused_adamw_resumes_an_unfused_state(monkeypatch):
+    """A state saved by torch's unfused AdamW (`ROOKWORLD_FUSED_ADAMW=0`) loads in the
+    fused layout (a float32 step on the parameter's device) and goes on as torch's unfused
+    AdamW does, up to rounding."""
+    spec = AdamWSpec(lr=1e-2, weight_decay=0.1, schedule=Cosine(warmup_steps=2, min_ratio=0.1))
+    monkeypatch.setenv("ROOKWORLD_FUSED_ADAMW", "0")
+    theirs = _model()
+    o1, s1 = spec.build(theirs.parameters(), 8)
+    monkeypatch.delenv("ROOKWORLD_FUSED_ADAMW")
+    assert type(o1) is torch.optim.AdamW and not o1.defaults["fused"]
+    _train(theirs, o1, s1, 2, seed=1)
+    ours = copy.deepcopy(theirs)
+    o2, s2 = spec.build(ours.parameters(), 8)
+    o2.load_state_dict(copy.deepcopy(o1.state_dict()))
+    s2.load_state_dict(s1.state_dict())
+    assert type(o2) is FusedAdamW and all(g["fused"] for g in o2.param_groups)
+    for p in ours.parameters():
+        step = o2.state[p]["step"]
+        assert step.dtype == torch.float32 and step.device == p.device and step.item() == 2
+    assert _train(ours, o2, s2, 3, seed=2) == _train(theirs, o1, s1, 3, seed=2)
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adamw_leaves_a_grad_scalers_skip_to_the_scaler():
+    """With a GradScaler and a non-finite gradient the step is skipped (the scaler unscales
+    and checks before stepping)."""
+    m = _model()
+    opt, _ = AdamWSpec(lr=1e-2).build(m.parameters(), 8)
+    scaler = torch.amp.GradScaler("cpu")
+    before = [p.detach().clone() for p in m.parameters()]
+    scaler.scale(m(torch.full((5, 3), math.inf)).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert all(torch.equal(b, p) for b, p in zip(before, m.parameters(), strict=True))
+
+
 def test_scale_lr_backs_off_and_survives_resume():
     m = _model()
     opt, sched = AdamWSpec(lr=1e-3, schedule=Linear(min_ratio=0.0)).build(m.parameters(), 10)

@@ -7,7 +7,7 @@ import torch
 from rookworld.forward import CompletionLogits, final_norm, lm_head
 from rookworld.model import build_random
 from rookworld.sampling import SamplingSettings, sample
-from rookworld.tape import Tape
+from rookworld.tape import Tape, backward_with
 
 pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (conftest)
 
@@ -79,3 +79,15 @@ def test_tape_leaves_samples_unchanged():
     b = sample(model, _prompts(4), s, 0, torch.Generator().manual_seed(5), tape_budget=1 << 30)
     assert torch.equal(a.completion_ids, b.completion_ids)
     torch.testing.assert_close(a.logprobs, b.logprobs)
+
+
+def test_backward_with_gives_backwards_gradients_to_the_bit():
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x, g = torch.randn(32, 64), torch.randn(32, 64)
+    (x @ w).tanh().backward(g)
+    want, w.grad = w.grad, None
+    backward_with((x @ w).tanh(), g)
+    assert torch.equal(w.grad, want)
+    with pytest.raises(ValueError, match="gradient of shape"):
+        backward_with((x @ w).tanh(), g[0])  # backward refuses it too; broadcast would not

@@ -25,6 +25,6 @@
  * and Gelu). */
 #include "simd.h"
 
-/* 1 where the kernels were built with AVX2 and FMA: decode_attention.c, gelu.c and
- * prefix_attention.c, each with stubs returning failure otherwise */
+/* 1 where the kernels were built with AVX2 and FMA (decode_attention.c, gelu.c,
+ * prefix_attention.c); 0 where those files hold stubs, which native.py then never calls */
 int rw_available(void) { return RW_SIMD; }
