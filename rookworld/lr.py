@@ -176,8 +176,8 @@ class AdamWSpec:
 class FusedAdamW(torch.optim.AdamW):
     """torch's AdamW with fused=True, the same kernel (`torch._fused_adamw_`), state and
     state_dict, stepped without torch.optim's compiler guards: those import torch._dynamo
-    and sympy on an optimiser's first use (54 MiB of a GRPO process at the benchmark's
-    small shape: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize, closure or
+    and sympy on an optimiser's first use (with `tape.backward_with`, 62 MiB of a GRPO
+    process at the benchmark's small shape: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize, closure or
     grad scaler; `build` makes it with those off."""
 
     # torch wraps these three in a lazy `torch._disable_dynamo`; the bodies are unchanged
