@@ -177,10 +177,11 @@ class FusedAdamW(torch.optim.AdamW):
     """torch's AdamW with fused=True, the same kernel (`torch._fused_adamw_`), state and
     state_dict, stepped without torch.optim's compiler guards: those import torch._dynamo
     and sympy on an optimiser's first use (with `tape.backward_with`, 62 MiB of a GRPO
-    process at the benchmark's small shape: benchmarks/README.md). Plain fp32 only: no AMSGrad, maximize, closure or
-    grad scaler; `build` makes it with those off."""
+    process at the benchmark's small shape: benchmarks/README.md). Plain AdamW only: no
+    AMSGrad, maximize or closure; a GradScaler checks the gradients itself."""
 
-    # torch wraps these three in a lazy `torch._disable_dynamo`; the bodies are unchanged
+    # torch wraps these four in a lazy `torch._disable_dynamo`; their bodies, unchanged
+    # (load_state_dict's is `_load`, which the override below calls)
     add_param_group = getattr(Optimizer.add_param_group, "__wrapped__", Optimizer.add_param_group)
     zero_grad = getattr(Optimizer.zero_grad, "__wrapped__", Optimizer.zero_grad)
     state_dict = getattr(Optimizer.state_dict, "__wrapped__", Optimizer.state_dict)
