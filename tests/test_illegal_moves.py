@@ -1,0 +1,35 @@
+"""The embedded-baseline experiment's sorting of illegal best moves: one position per kind."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "illegal_moves.py"
+
+
+def _kind():
+    spec = importlib.util.spec_from_file_location("illegal_moves", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kind
+
+
+START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+PIN = "4k3/4r3/8/8/8/8/4B3/4K3 w - - 0 1"  # the white bishop on e2 is pinned to its king
+
+
+@pytest.mark.parametrize("fen, best, kind", [
+    (START, "e2e4", "legal"),
+    (START, "e4e5", "not the mover's piece"),  # an empty square
+    (START, "e7e5", "not the mover's piece"),  # Black's pawn, White to move
+    (START, "f1c4", "not a move of that piece"),  # a blocked diagonal
+    (START, "e1g1", "not a move of that piece"),  # castling through pieces
+    ("4k3/8/8/8/8/8/3r4/4K3 w - - 0 1", "e1e2", "king steps into check"),
+    (PIN, "e2d3", "leaves the king in check"),
+    ("4k3/8/8/8/8/8/8/R3K2r w - - 0 1", "a1a2", "leaves the king in check"),  # check not met
+    (START, "", "no best move"),
+    (START, "e2", "no best move"),
+])
+def test_each_best_move_is_sorted_into_its_kind(fen, best, kind):
+    assert _kind()(fen, best) == kind
