@@ -8,10 +8,12 @@ import sys
 import torch
 
 
-def peak_memory_mb() -> float:
-    """Peak GPU memory allocated where CUDA is available, else the peak RSS (MiB)."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
+def peak_memory_mb(device: torch.device | str = "cpu") -> float:
+    """The peak of what a run on `device` holds (MiB): GPU memory allocated on a CUDA
+    device, else the process's peak RSS (a CPU run on a machine with a GPU included)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
     return peak_rss_mb()
 
 

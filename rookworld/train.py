@@ -216,7 +216,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
                 engine.policy, engine.reward.at(step))[0]
         m["time/step_s"] = time.perf_counter() - t0
         m["time/tokens_per_s"] = m["sample/tokens"] / m["time/step_s"]
-        m["mem/peak_mb"] = peak_memory_mb()
+        m["mem/peak_mb"] = peak_memory_mb(engine.device)
         _log(loggers, metrics_file, m, step)
         reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m else None
         if reason:

@@ -70,3 +70,16 @@ def test_peak_rss_is_the_process_own_not_its_parents():
     proc.join(timeout=60)
     assert peak_rss_mb() > 400 and own < 350, (peak_rss_mb(), own)
     del held
+
+
+def test_peak_memory_follows_the_run_device_not_the_machine(monkeypatch):
+    """On a machine with a GPU, a CPU run's `mem/peak_mb` is its RSS, a CUDA run's the GPU
+    memory allocated on its device."""
+    from rookworld.memory import peak_memory_mb
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated",
+                        lambda device=None: asked.append(device) or 7 * 2**20)
+    assert peak_memory_mb(torch.device("cpu")) == peak_rss_mb() != 7
+    assert peak_memory_mb("cuda:1") == 7 and asked == [torch.device("cuda:1")]
