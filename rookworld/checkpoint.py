@@ -15,7 +15,6 @@ names each file that does not, and stops with a clear error when none matches.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -28,7 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 from .errors import ConfigError
-from .files import apply_umask, atomic_write_text, fsync_dir
+from .files import apply_umask, atomic_write_text, fsync_dir, sha256_file
 from .redact import redact
 
 LATEST = "latest"
@@ -138,7 +137,7 @@ def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     torch.save(state, tmp / "state.pt")
     apply_umask(tmp)
     atomic_write_text(tmp / MANIFEST, json.dumps({"files": {
-        str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+        str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
         for f in sorted(tmp.rglob("*")) if f.is_file()}}, indent=1))
     for f in tmp.rglob("*"):
         if f.is_file():
@@ -159,14 +158,6 @@ def is_complete(path: Path) -> bool:
         (path / "model" / name).is_file() for name in (WEIGHTS, WEIGHTS_INDEX))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify(path: Path) -> str | None:
     """None when every file of the checkpoint matches its manifest, else what does not
     (naming the file)."""
@@ -179,7 +170,7 @@ def verify(path: Path) -> str | None:
         f = path / rel
         if not f.is_file():
             return f"{f} is missing"
-        if f.stat().st_size != want.get("bytes") or _sha256(f) != want.get("sha256"):
+        if f.stat().st_size != want.get("bytes") or sha256_file(f) != want.get("sha256"):
             return f"{f} does not match its manifest (size or sha256 differ: corrupted)"
     return None
 

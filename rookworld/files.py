@@ -6,6 +6,7 @@ run's reports and the model files all write through it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -25,6 +26,14 @@ def apply_umask(directory: Path) -> None:
     for f in Path(directory).rglob("*"):
         if f.is_file():
             os.chmod(f, mode)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:

@@ -91,6 +91,18 @@ def _where(stage: dict) -> str:
     return f"{gpu} (host {where})" if gpu and gpu != "cpu" else where
 
 
+def _data(stage: dict) -> str:
+    """What a stage trained on: the file, its size and checksum, and how it was made."""
+    d = stage.get("data")
+    if not d:
+        return ""
+    text = (f"\n\n   Data: `{d['path']}`, {d['samples']:,} samples, sha256 "
+            f"`{d['sha256'][:16]}`")
+    if d.get("made_by"):
+        text += f", made by\n\n       {d['made_by']}"
+    return text
+
+
 def _stages(stages: list[dict]) -> str:
     parts = []
     for s in stages:
@@ -98,7 +110,7 @@ def _stages(stages: list[dict]) -> str:
                      f"{s['minutes']:.1f} training minutes on {_where(s)}, "
                      f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} "
                      f"thread{'' if s.get('threads') == 1 else 's'}:\n\n"
-                     f"       {s['command']}")
+                     f"       {s['command']}" + _data(s))
     return "\n\n".join(parts)
 
 
@@ -121,9 +133,10 @@ def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = N
 
 A character-level GPT-2 ({arch.n_layer} layers, {arch.n_embd} wide, {arch.n_head} heads,
 {report['parameters']:,} parameters, {arch.n_positions} positions) trained by this project with
-`python -m rookworld.pretrain` on its own data (the train split of rookworld/assets/data,
-see DATA_CARD.md): next-token loss on completions only, both tasks (P and A), exact
-RookWorld text formats (docs/formats.md). It stands in for RookWorld-LM-124M when no hub
+`python -m rookworld.pretrain` on data from its own generator (`rookworld.data.generate`;
+each stage below names its training file, and the command that makes it again): next-token
+loss on completions only, both tasks (P and A), exact RookWorld text formats
+(docs/formats.md). It stands in for RookWorld-LM-124M when no hub
 is reachable.
 
 ## How it was made

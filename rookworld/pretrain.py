@@ -25,7 +25,7 @@ from . import precision, runtime
 from .config import WHITELIST, instantiate
 from .data_io import read_samples
 from .evaluate import measure
-from .files import atomic_write_text
+from .files import atomic_write_text, sha256_file
 from .model import save_policy
 from .sft import encode, lm_loss, make_batch
 
@@ -81,6 +81,23 @@ def command_line() -> str:
     return " ".join(["python -m rookworld.pretrain", *overrides])
 
 
+def data_record(path: str, samples: int) -> dict:
+    """The training file a stage read: its path, sample count and sha256, and the
+    generator command from the DATA_CARD.md beside it, so a card can say how to make
+    the file again (the generator writes gzip without a timestamp: the same bytes)."""
+    file = Path(path)
+    card = file.parent / "DATA_CARD.md"
+    made_by = next((line.strip() for line in card.read_text().splitlines()
+                    if line.strip().startswith("python -m rookworld.data.generate")),
+                   None) if card.exists() else None
+    try:  # relative to the package's parent when the file is shipped with it
+        shown = file.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    except ValueError:
+        shown = path
+    return {"path": shown, "samples": samples, "sha256": sha256_file(file),
+            "made_by": made_by}
+
+
 def add_stage(parent: dict, report: dict, curve: list[dict], command: str,
               start: str) -> dict:
     """The parent's lineage plus this run as its next stage (start: what its weights
@@ -91,7 +108,8 @@ def add_stage(parent: dict, report: dict, curve: list[dict], command: str,
     this = {"stage": stage, "start": start, "command": command, "steps": report["steps"],
             "samples": report["samples_seen"], "minutes": round(report["minutes"], 1),
             "host": report.get("host"), "torch": report.get("torch"),
-            "threads": report.get("threads"), "device": report.get("device")}
+            "threads": report.get("threads"), "device": report.get("device"),
+            "data": report.get("data")}
     rows = [{**r, "stage": stage, "samples": r["samples"] + samples0,
              "train_minutes": r["train_minutes"] + minutes0} for r in curve]
     return {"stages": parent["stages"] + [this], "curve": parent["curve"] + rows}
@@ -204,6 +222,7 @@ def main(cfg: DictConfig) -> None:
               "parameters": sum(p.numel() for p in model.parameters()),
               "host": host(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "device": device_name(device, dtype),
+              "data": data_record(cfg.data.train, len(train)),
               "eval": measure(policy, cfg, held_out)}
     save_policy(policy, out / "model")
     atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))

@@ -1,5 +1,7 @@
-"""The generator: config composes, output is deterministic, a re-run reuses its cache."""
+"""The generator: config composes, output is deterministic (to the byte, across code
+changes too), a re-run reuses its cache."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,12 @@ def _cfg(out: Path, cache: Path):
             "counts.eval.A=4", "eval_fraction=0.2"])
 
 
+# sha256 of _cfg's train split as this generator writes it with Stockfish 15.1. A model
+# card names its training file by sha256 and generator command instead of shipping it;
+# while this small slice still comes out the same, that command makes the same file.
+TRAIN_SHA256 = "26bd85042a215c775bb14224c20b9e18c6c72c62707c8f336b93b528939c2bfd"
+
+
 def test_config_composes():
     cfg = _cfg(Path("/tmp/x"), Path("/tmp/y"))
     assert cfg.engine.multipv == 5 and set(cfg.counts) == {"train", "eval"}
@@ -34,6 +42,10 @@ def test_deterministic_and_resumable(tmp_path):
         pytest.skip("no stockfish installed")
     first = run(_cfg(tmp_path / "a", tmp_path / "cache_a"))
     run(_cfg(tmp_path / "b", tmp_path / "cache_b"))
+    card = (tmp_path / "a" / "DATA_CARD.md").read_text()
+    for name in ("train", "eval"):  # the card names each file by its checksum
+        sha = hashlib.sha256((tmp_path / "a" / f"{name}.jsonl.gz").read_bytes()).hexdigest()
+        assert f"- {name}.jsonl.gz: `{sha}`" in card
     for name in ("train.jsonl.gz", "eval.jsonl.gz"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert first["timing"]["labelled"] == 28
@@ -42,6 +54,9 @@ def test_deterministic_and_resumable(tmp_path):
     assert (tmp_path / "a/train.jsonl.gz").read_bytes() == (tmp_path / "c/train.jsonl.gz").read_bytes()
     res = load_samples(tmp_path / "a/train.jsonl.gz")
     assert res.report.dropped == 0 and len([s for s in res.samples if s.task == "P"]) == 24
+    if "stockfish 15.1 depth=2" not in card:
+        pytest.skip("the recorded checksum is of Stockfish 15.1's moves and labels")
+    assert hashlib.sha256((tmp_path / "a/train.jsonl.gz").read_bytes()).hexdigest() == TRAIN_SHA256
 
 
 def test_interrupted_label_cache_resumes(tmp_path):

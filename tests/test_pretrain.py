@@ -1,6 +1,7 @@
 """`python -m rookworld.pretrain`: the unmasked causal forward it trains with, its
 compute curve, checkpoint and export, on a tiny model and synthetic data."""
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from transformers import GPT2Config as HFConfig
 from transformers import GPT2LMHeadModel as HFModel
 
 from rookworld.gpt2 import GPT2Config, GPT2LMHeadModel
-from rookworld.pretrain import get_lr, read_curve
+from rookworld.config import pkg_data
+from rookworld.model_card import _stages
+from rookworld.pretrain import data_record, get_lr, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,11 +86,31 @@ def test_a_stage_from_an_exported_model_continues_its_lineage(tmp_path, syntheti
     assert lineage["stages"][0]["start"] == "random weights"
     assert lineage["stages"][1]["start"] == "stage 1's weights"
     assert "model=embedded" in lineage["stages"][1]["command"]
+    sha = hashlib.sha256(Path(train).read_bytes()).hexdigest()
+    assert [s["data"]["sha256"] for s in lineage["stages"]] == [sha, sha]
     # samples seen continue over the stages: 2 steps of 4, then 4 steps of 4
     assert [(r["stage"], r["samples"]) for r in lineage["curve"]] == [(1, 8), (2, 16), (2, 24)]
     card = (second / "MODEL_CARD.md").read_text()
     assert "1. From random weights: 2 steps" in card
     assert "2. From stage 1's weights: 4 steps" in card and "In all: 24 samples" in card
+
+
+def test_a_stage_records_its_training_file_and_the_command_that_makes_it(tmp_path):
+    train = tmp_path / "train.jsonl.gz"
+    train.write_bytes(b"rows")
+    want = {"path": str(train), "samples": 7, "sha256": hashlib.sha256(b"rows").hexdigest(),
+            "made_by": None}
+    assert data_record(str(train), 7) == want
+    command = "python -m rookworld.data.generate n_games=3 out_dir=x"
+    (tmp_path / "DATA_CARD.md").write_text(f"# RookWorld data\n\n    {command}\n\n- rows\n")
+    record = data_record(str(train), 7)
+    assert record == {**want, "made_by": command}
+    stage = {"stage": 5, "start": "stage 4's weights", "steps": 2, "samples": 8, "minutes": 1.0,
+             "command": "python -m rookworld.pretrain", "data": record}
+    assert (f"Data: `{train}`, 7 samples, sha256 `{want['sha256'][:16]}`, made by\n\n"
+            f"       {command}") in _stages([stage])
+    # a file shipped with the package is named relative to the package's parent
+    assert data_record(pkg_data("train.jsonl.gz"), 1)["path"] == "rookworld/assets/data/train.jsonl.gz"
 
 
 def test_learning_rate_warms_up_then_decays_by_cosine_to_min_lr():

@@ -9,6 +9,8 @@ from pathlib import Path
 import chess
 from omegaconf import DictConfig, OmegaConf
 
+from ..files import sha256_file
+
 NOTES = "## Notes (hand-written, kept when the card is regenerated)"
 _REWARD_NAMES = {"0.001": "legal", "1.0": "mate", "-1.0": "illegal"}
 
@@ -49,7 +51,7 @@ def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label
     labelled, label_s = timing.get("labelled", 0), timing.get("label_s", 0.0)
     rate = f"{labelled / label_s:.1f}" if label_s > 0 and labelled else "n/a"
     lines = [
-        "# Bundled RookWorld data", "",
+        "# RookWorld data", "",
         "Made by this project's generator (`rookworld/data/generate.py`):", "",
         "    python -m rookworld.data.generate " + " ".join(sys.argv[1:]), "",
         f"- P labels: `{limit_label}`, MultiPV {cfg.engine.multipv}, 1 thread per process, "
@@ -65,6 +67,11 @@ def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label
         "(`rookworld.data.splits`); no position is in both splits.",
         "- Rows: `Sample.to_json()`, gzip JSON lines.", "",
         "## Counts", "", *summary(splits),
+        "## Checksums", "",
+        "sha256 of each file as written (gzip without a timestamp: a re-run with the same "
+        "config, code and Stockfish writes the same bytes):", "",
+        *(f"- {name}.jsonl.gz: `{sha256_file(path.parent / f'{name}.jsonl.gz')}`"
+          for name in splits), "",
         "## Time (measured by this run)", "",
         f"- playing games: {timing['games_s']:.1f} s (0 when read from the cache)",
         f"- P labelling: {labelled} new positions in {label_s:.1f} s ({rate} positions/s); "
