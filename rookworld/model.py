@@ -157,11 +157,23 @@ def load_embedded(path: str | None = None) -> Policy:
     return load_pretrained(str(directory))
 
 
+LOAD_ONLY_KEYS = {"is_local", "local_files_only"}  # tokenizer kwargs of the load, not the model
+
+
 def save_policy(policy: Policy, directory: str | Path) -> None:
     """Write weights (safetensors), config and tokenizer in the hub layout."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     policy.model.save_pretrained(directory, safe_serialization=True)
     policy.tokenizer.save_pretrained(directory)
+    # transformers saves how this process loaded the tokenizer (from a local directory,
+    # offline) among its settings; those are facts of the load, not of the model
+    conf = directory / "tokenizer_config.json"
+    if conf.exists():
+        import json
+        data = json.loads(conf.read_text())
+        if data.keys() & LOAD_ONLY_KEYS:
+            conf.write_text(json.dumps({k: v for k, v in data.items()
+                                        if k not in LOAD_ONLY_KEYS}, indent=2) + "\n")
     from .files import apply_umask
     apply_umask(directory)

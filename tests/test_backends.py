@@ -2,6 +2,7 @@
 Llama and Qwen2 models train, checkpoint and resume exactly through model=hf; models
 rookworld cannot run safely are refused before any weight is read."""
 
+import json
 import pytest
 import torch
 from test_engine import LengthReward
@@ -253,3 +254,13 @@ def test_a_hub_model_is_checked_from_its_config_and_index_before_any_download(tm
     with pytest.raises(ValueError, match="no safetensors weights"):
         preflight("someone/pickled-model")
     assert fetched == ["config.json", "model.safetensors.index.json"]
+
+
+def test_a_saved_model_carries_no_trace_of_how_it_was_loaded(gpt2_dir, tmp_path):
+    # loaded from a local directory, transformers notes is_local / local_files_only in
+    # the tokenizer's kwargs: facts of that load, not of the model
+    save_policy(load_hf(str(gpt2_dir)), tmp_path / "again")
+    saved = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
+    assert saved["eos_token"] == "<|endoftext|>"
+    assert not saved.keys() & {"is_local", "local_files_only"}
+    assert load_hf(str(tmp_path / "again")).tokenizer("P: ")["input_ids"]
