@@ -3,6 +3,7 @@ Llama and Qwen2 models train, checkpoint and resume exactly through model=hf; mo
 rookworld cannot run safely are refused before any weight is read."""
 
 import json
+
 import pytest
 import torch
 from test_engine import LengthReward

@@ -23,8 +23,9 @@ def _cfg(out: Path, cache: Path):
 
 
 # sha256 of _cfg's train split as this generator writes it with Stockfish 15.1. A model
-# card names its training file by sha256 and generator command instead of shipping it;
-# while this small slice still comes out the same, that command makes the same file.
+# card names a training file it does not ship by sha256 and generator command; while this
+# small config still comes out byte for byte the same, the generator has not changed what
+# it writes, and the command makes that file again.
 TRAIN_SHA256 = "26bd85042a215c775bb14224c20b9e18c6c72c62707c8f336b93b528939c2bfd"
 
 

@@ -13,8 +13,8 @@ import torch
 from transformers import GPT2Config as HFConfig
 from transformers import GPT2LMHeadModel as HFModel
 
-from rookworld.gpt2 import GPT2Config, GPT2LMHeadModel
 from rookworld.config import pkg_data
+from rookworld.gpt2 import GPT2Config, GPT2LMHeadModel
 from rookworld.model_card import _stages
 from rookworld.pretrain import data_record, get_lr, read_curve
 
