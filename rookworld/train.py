@@ -70,6 +70,7 @@ class Parts:
     sampling: dict
     task_mix: object
     anchor: object
+    prompt_filter: object
     kl_guard: KLGuard | None
     nan_guard: NaNGuard
     loggers: list = field(default_factory=list)
@@ -104,7 +105,7 @@ def build_parts(cfg: DictConfig) -> Parts:
                           "false; set reference.enabled=true or guard.kl=null")
     return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
-                 anchor=instantiate(cfg.anchor),
+                 anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
                  kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan),
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 
@@ -202,15 +203,16 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
-        samples = p.task_mix.draw(pools, n_prompts, step, cfg.seed)
+        samples = p.task_mix.draw(pools, p.prompt_filter.drawn(n_prompts), step, cfg.seed)
         try:
+            samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
             batch = engine.rollout(samples, step)
         except NonFiniteLogits as e:  # the last update blew the weights up
             return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
                             "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
         if p.anchor.active:
             batch.anchor = p.anchor.draw(pools, step, cfg.seed)
-        m = batch.metrics | engine.update(batch, step)
+        m = batch.metrics | filtered | engine.update(batch, step)
         if cfg.eval_train_batch and main:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
                 engine.policy, engine.reward.at(step))[0]

@@ -136,11 +136,13 @@ def test_torchrun_cli_trains_and_only_rank_zero_writes(tiny_overrides, tmp_path)
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     run_dir = tmp_path / "run"
     cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "rookworld.train",
-           *tiny_overrides, "prompts_per_step=2", f"hydra.run.dir={run_dir}"]
+           *tiny_overrides, "prompts_per_step=2", f"hydra.run.dir={run_dir}",
+           "prompt_filter.oversample=1.5"]  # 3 drawn prompts' greedy scores over 2 ranks
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = (run_dir / "metrics.jsonl").read_text().splitlines()
     steps = [r for r in rows if '"reward/mean"' in r]
     assert len(steps) == 2  # one row per step, written once (rank 0), not once per rank
+    assert all('"filter/greedy_reward_kept"' in r for r in steps)
     assert (run_dir / "outcome.json").exists()

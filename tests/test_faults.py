@@ -712,3 +712,27 @@ def test_resume_is_exact_with_running_advantage_statistics(tiny_overrides, tmp_p
     resumed, run_dir = resolve_resume(compose(args), args)
     assert run(resumed, run_dir).outcome.status == "success"
     assert_same_run(whole, cut)
+
+
+def test_resume_is_exact_with_the_prompt_filter(tiny_overrides, tmp_path, monkeypatch,
+                                                one_thread):
+    """The filter picks a step's prompts by the policy's greedy answers: the resumed
+    policy picks what the uninterrupted one picked. Rewards from the answers' characters,
+    so that answers, and so picks, differ."""
+    from rookworld.rewards.base import Scored
+    from rookworld.rewards.continuous import ContinuousReward
+
+    monkeypatch.setattr(ContinuousReward, "__call__",
+                        lambda self, s, c: Scored(sum(map(ord, c)) % 97 / 96, {}))
+    overrides = tiny_overrides + STATEFUL + ["steps=3", "prompt_filter.oversample=2",
+                                             "reward=continuous"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run(compose(overrides), whole)
+    rows = [r for r in comparable(whole) if "filter/greedy_reward_kept" in r]
+    assert len(rows) == 3
+    assert any(r["filter/greedy_reward_kept"] < r["filter/greedy_reward_drawn"] for r in rows)
+    crash_at(monkeypatch, 2, lambda: run(compose(overrides), cut))
+    args = tiny_overrides + ["steps=3", f"resume={cut}"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    assert run(resumed, run_dir).outcome.status == "success"
+    assert_same_run(whole, cut)

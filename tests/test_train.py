@@ -95,7 +95,7 @@ def test_the_change_table_uses_the_paired_interval_of_the_same_samples(tiny_over
     # the embedded model at its full completion lengths, so that per-sample scores differ
     # (a random model fails every sample)
     over = [o for o in tiny_overrides if not o.startswith(("model", "sampler"))]
-    run(compose(over + ["model=embedded", "optim.lr=2e-3", "data.eval_per_task=12"]), tmp_path)
+    run(compose(over + ["model=embedded", "optim.lr=5e-4", "data.eval_per_task=12"]), tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [-1, 1]
     start, end = rows[0]["values"]["eval/reward"], rows[1]["values"]["eval/reward"]
