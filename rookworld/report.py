@@ -43,9 +43,11 @@ class Panel:
     share: bool = False
 
 
-REWARD = Panel("Training reward per task (sampled)", "mean reward", (
+REWARD = Panel("Training reward per task (sampled; greedy where named)", "mean reward", (
     ("reward/mean", "all"), ("reward/P/mean", "P: policy"), ("reward/A/mean", "A: environment"),
-    ("train_batch/reward", "fixed batch, greedy")))
+    ("train_batch/reward", "fixed batch, greedy"),
+    ("filter/greedy_reward_drawn", "drawn prompts, greedy"),
+    ("filter/greedy_reward_kept", "trained prompts, greedy")))
 SIGNAL = Panel("Groups without signal", "share of groups", (
     ("groups/zero_variance_share", "all rewards equal"),
     ("groups/identical_share", "identical completions")), share=True)
@@ -235,7 +237,8 @@ def eval_table(run: Run) -> list[str]:
     return lines
 
 
-TRAIN_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "groups/zero_variance_share",
+TRAIN_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "filter/greedy_reward_drawn",
+              "filter/greedy_reward_kept", "groups/zero_variance_share",
               "kl/value", "kl/coef", "policy/entropy", "policy/clip_frac_low",
               "policy/clip_frac_high", "optim/grad_norm", "optim/lr", "sample/len_mean",
               "time/step_s", "time/tokens_per_s")
