@@ -17,6 +17,7 @@ import math
 import time
 from dataclasses import replace
 
+from . import precision
 from .chess_tasks import Sample
 
 
@@ -65,8 +66,9 @@ def greedy_scores(engine, samples: list[Sample], step: int) -> list[float]:
     for task in sorted({s.task for s in samples}):
         idx = [i for i, s in enumerate(samples) if s.task == task]
         greedy = replace(engine.sampling[task], temperature=0.0, top_k=0, top_p=1.0)
-        r = engine.backend.sample(engine.model, [policy.encode_prompt(samples[i].prompt)
-                                                 for i in idx], greedy, policy.eos_id)
+        with precision.autocast(engine.amp, engine.device):  # as the rollouts decode
+            r = engine.backend.sample(engine.model, [policy.encode_prompt(samples[i].prompt)
+                                                     for i in idx], greedy, policy.eos_id)
         texts = policy.decode_completions(r.completion_ids, r.completion_mask)
         for i, text in zip(idx, texts):
             out[i] = reward(samples[i], text).score

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_engine import LengthReward
 
-from rookworld.config import compose
+from rookworld.config import ConfigError, compose
 from rookworld.data_io import read_samples
 from rookworld.evaluation import Evaluator
 from rookworld.prompt_filter import HardestGreedy, greedy_scores
@@ -116,3 +116,10 @@ def test_ranks_that_each_decode_a_share_keep_what_one_process_keeps(tiny_overrid
         assert kept == alone
         assert m_rank["filter/greedy_reward_kept"] == m["filter/greedy_reward_kept"]
     engine.dist = None
+
+
+def test_a_fixed_batch_with_the_filter_is_refused_with_the_fix(tiny_overrides):
+    with pytest.raises(ConfigError, match="set prompt_filter.oversample=1"):
+        build_parts(compose(tiny_overrides + ["task_mix=fixed_batch"]))
+    build_parts(compose(tiny_overrides + ["task_mix=fixed_batch", "prompt_filter.oversample=1"]))
+    build_parts(compose(tiny_overrides + ["experiment=overfit_one_batch"]))
