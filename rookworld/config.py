@@ -103,6 +103,11 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{prompts_per_step(cfg)} prompts per step do not split over "
                           f"{world} ranks (torchrun); make prompts_per_step a multiple of "
                           f"{world}")
+    if cfg.task_mix.get("_target_") == "rookworld.task_mix.FixedBatch" and \
+            OmegaConf.select(cfg, "prompt_filter.oversample", default=1) != 1:
+        raise ConfigError("task_mix=fixed_batch trains on the same prompts every step, but "
+                          f"prompt_filter.oversample={cfg.prompt_filter.oversample} would pick "
+                          "a part of a larger draw each step; set prompt_filter.oversample=1")
     if cfg.zero_variance not in ("keep", "drop"):
         raise ConfigError(f"zero_variance must be keep or drop, got {cfg.zero_variance!r}")
     alpha = cfg.reference.sync_alpha
@@ -314,11 +319,17 @@ def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
     return warnings
 
 
+# settings whose default is not what a run made before they existed did: such a run
+# resumes with the value that does what it did
+BEFORE_THEY_EXISTED = {"prompt_filter.oversample": 1.0}  # every drawn prompt trained on
+
+
 def fill_missing(old: DictConfig, new: DictConfig, prefix: str = "") -> list[str]:
     """Add to old (a run's saved config) the settings it lacks from new, so that a run made
-    before a setting existed resumes. Descends only into nodes that build the same class: a
-    node of another `_target_` keeps its own keys, and a choice of several objects (the
-    loggers) keeps its own members. Returns the added keys."""
+    before a setting existed resumes (with `BEFORE_THEY_EXISTED`'s values where listed).
+    Descends only into nodes that build the same class: a node of another `_target_` keeps
+    its own keys, and a choice of several objects (the loggers) keeps its own members.
+    Returns the added keys."""
     added = []
     for k in new:
         if k not in old:
@@ -328,4 +339,13 @@ def fill_missing(old: DictConfig, new: DictConfig, prefix: str = "") -> list[str
               and old[k].get("_target_") is not None
               and old[k].get("_target_") == new[k].get("_target_")):
             added += fill_missing(old[k], new[k], f"{prefix}{k}.")
+    if not prefix:
+        for path, value in before_they_existed(added).items():
+            OmegaConf.update(old, path, value)
     return added
+
+
+def before_they_existed(added: list[str]) -> dict:
+    """The `BEFORE_THEY_EXISTED` values for a saved config that lacked the `added` keys."""
+    return {path: value for path, value in BEFORE_THEY_EXISTED.items()
+            if any(path == a or path.startswith(a + ".") for a in added)}

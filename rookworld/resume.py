@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from .checkpoint import RUN_CONFIG
-from .config import ConfigError, fill_missing
+from .config import ConfigError, before_they_existed, fill_missing
 from .redact import restore_redacted
 
 
@@ -39,8 +39,10 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
               f"ignored: {' '.join(ignored)}")
     added = fill_missing(old, cfg)
     if added:
+        kept = [f"{p}={v}" for p, v in before_they_existed(added).items()]
         print(f"[rookworld] resume={run_dir}: its config predates setting(s) "
-              f"{', '.join(added)}; they take this version's values")
+              f"{', '.join(added)}; they take this version's values"
+              + (f", but {', '.join(kept)}: what the run did before they existed" if kept else ""))
     old.resume = str(run_dir)
     return old, run_dir
 

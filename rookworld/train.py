@@ -55,7 +55,6 @@ from .memory import peak_memory_mb
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume
 from .sampling import NonFiniteLogits
-from .task_mix import FixedBatch
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
 RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.describe`)
@@ -104,14 +103,9 @@ def build_parts(cfg: DictConfig) -> Parts:
     if kl_guard and not cfg.reference.enabled:
         raise ConfigError("guard.kl measures KL against the reference but reference.enabled="
                           "false; set reference.enabled=true or guard.kl=null")
-    task_mix, prompt_filter = instantiate(cfg.task_mix), instantiate(cfg.prompt_filter)
-    if isinstance(task_mix, FixedBatch) and prompt_filter.active:
-        raise ConfigError("task_mix=fixed_batch trains on the same prompts every step, but "
-                          f"prompt_filter.oversample={prompt_filter.oversample} would pick a "
-                          "part of a larger draw each step; set prompt_filter.oversample=1")
     return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
-                 sampling=instantiate(cfg.sampler), task_mix=task_mix,
-                 anchor=instantiate(cfg.anchor), prompt_filter=prompt_filter,
+                 sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
+                 anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
                  kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan),
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 

@@ -340,13 +340,17 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_value(tiny_overri
     saved = OmegaConf.load(tmp_path / "run_config.yaml")
     del saved["anchor"], saved["optim"]["eps"]  # a setting, and a key of a node, added later
     del saved["reference"]["device"]  # a key of a settings group without a class
+    del saved["prompt_filter"]  # a setting whose default is not what the run did
     (tmp_path / "run_config.yaml").write_text(OmegaConf.to_yaml(saved))
     args = ["model=tiny_random", f"resume={tmp_path}", "kl=warmup_fixed"]
     resumed, _ = resolve_resume(compose(args), args)
     assert resumed.anchor.coef == 0.0 and resumed.optim.eps == cfg.optim.eps
+    assert cfg.prompt_filter.oversample == 2 and resumed.prompt_filter.oversample == 1
     # a node of another class keeps its own keys: no warmup_steps in the run's adaptive KL
     assert resumed.kl._target_ == cfg.kl._target_ and "warmup_steps" not in resumed.kl
-    assert "predates setting(s) anchor, optim.eps;" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "predates setting(s) anchor, prompt_filter, optim.eps;" in out
+    assert "but prompt_filter.oversample=1.0: what the run did before they existed" in out
     from rookworld.config import instantiate
     build_engine(resumed, build_parts(resumed), instantiate(resumed.reward))  # builds as before
 
