@@ -118,8 +118,8 @@ def test_ranks_that_each_decode_a_share_keep_what_one_process_keeps(tiny_overrid
     engine.dist = None
 
 
-def test_a_fixed_batch_with_the_filter_is_refused_with_the_fix(tiny_overrides):
+def test_a_fixed_batch_turns_the_filter_off_and_refuses_it_on(tiny_overrides):
+    assert not build_parts(compose(tiny_overrides + ["task_mix=fixed_batch"])).prompt_filter.active
+    assert not build_parts(compose(["experiment=overfit_one_batch"])).prompt_filter.active
     with pytest.raises(ConfigError, match="set prompt_filter.oversample=1"):
-        build_parts(compose(tiny_overrides + ["task_mix=fixed_batch"]))
-    build_parts(compose(tiny_overrides + ["task_mix=fixed_batch", "prompt_filter.oversample=1"]))
-    build_parts(compose(tiny_overrides + ["experiment=overfit_one_batch"]))
+        build_parts(compose(tiny_overrides + ["task_mix=fixed_batch", "prompt_filter.oversample=2"]))
