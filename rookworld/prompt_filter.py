@@ -1,24 +1,23 @@
 """Which of a step's drawn prompts it trains on: all of them, or those the policy answers worst.
 
 `HardestGreedy` draws `oversample` times the step's prompts from the task mix, decodes
-each once greedily with the current policy, scores the answers with the run's reward and
-keeps the prompts whose greedy answer scores lowest (online difficulty filtering; DAPO's
-dynamic sampling, arXiv 2503.14476, drops groups that carry no signal after sampling
-them, this ranks prompts before sampling). The held-out metric is the greedy answer, so
-the step's groups sit where it is wrong. The cost is one greedy answer per drawn prompt
-(G sampled ones per kept prompt); the kept prompts are sampled as any others, rollout tape
-included. Selection is a pure function of (seed, step, policy): a resumed run selects
-what an uninterrupted one would.
+each once greedily with the current policy, as the held-out evaluation decodes, scores the
+answers with the run's reward and keeps the prompts whose greedy answer scores lowest
+(online difficulty filtering; DAPO's dynamic sampling, arXiv 2503.14476, drops groups
+that carry no signal after sampling them, this ranks prompts before sampling). The
+held-out metric is the greedy answer, so the step's groups sit where it is wrong. The
+cost is one greedy answer per drawn prompt (G sampled ones per kept prompt); the kept
+prompts are sampled as any others, rollout tape included. Selection is a pure function of
+(seed, step, policy): a resumed run selects what an uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 
-from . import precision
 from .chess_tasks import Sample
+from .evaluation import Evaluator
 
 
 class HardestGreedy:
@@ -60,16 +59,13 @@ class HardestGreedy:
 
 
 def greedy_scores(engine, samples: list[Sample], step: int) -> list[float]:
-    """The run's reward of the policy's greedy answer to each sample, per task batch."""
-    policy, reward = engine.policy, engine.reward.at(step)
+    """The run's reward of the policy's greedy answer to each sample, decoded as the
+    held-out evaluation decodes (`Evaluator.completions`, one batch per task)."""
+    reward, greedy = engine.reward.at(step), Evaluator(samples, engine.sampling,
+                                                       batch_size=len(samples))
     out: list[float] = [0.0] * len(samples)
-    for task in sorted({s.task for s in samples}):
+    for task in greedy.samples:
         idx = [i for i, s in enumerate(samples) if s.task == task]
-        greedy = replace(engine.sampling[task], temperature=0.0, top_k=0, top_p=1.0)
-        with precision.autocast(engine.amp, engine.device):  # as the rollouts decode
-            r = engine.backend.sample(engine.model, [policy.encode_prompt(samples[i].prompt)
-                                                     for i in idx], greedy, policy.eos_id)
-        texts = policy.decode_completions(r.completion_ids, r.completion_mask)
-        for i, text in zip(idx, texts):
+        for i, text in zip(idx, greedy.completions(engine.policy, task)):
             out[i] = reward(samples[i], text).score
     return out

@@ -53,7 +53,7 @@ def test_it_keeps_the_prompts_whose_greedy_answers_score_lowest(tiny_overrides):
     drawn = parts.task_mix.draw(_pools(cfg), parts.prompt_filter.drawn(4), 0, 0)
     assert len(drawn) == 12
     kept, m = parts.prompt_filter.select(engine, drawn, 4, 0)
-    # the greedy answers again, through the evaluator's decoding (its own path)
+    # the greedy answers again, decoded per task in one batch each
     greedy = Evaluator(drawn, parts.sampling)
     score = {}
     for task, items in greedy.samples.items():
