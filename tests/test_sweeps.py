@@ -271,6 +271,7 @@ def test_sweep_mixed_outcomes_user_attrs_and_report(tiny_overrides, tmp_path):
                   "guard.kl.window=1", "optim.lr=0.01", "algorithm.entropy_coef=0.05",
                   "kl.beta=0"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "sweep.enqueue point" in out.stdout  # the defaults are no point of this grid
     study_dir = tmp_path / "multirun" / "grpo_stability"
     trials = _trials(f"sqlite:///{study_dir}/optuna.db")  # plain Optuna reads them back
     _assert_recorded(trials)

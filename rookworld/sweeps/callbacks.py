@@ -11,13 +11,18 @@ the sweep command, by any worker) marks dead trials FAIL, with the reason in the
     GRACE_S seconds belongs to a dead worker, while live workers' trials are left alone.
 A dead trial whose job did finish and record its result (its objective user attribute,
 without a failure reason) is completed with that objective instead.
+
+`EnqueueTrials.on_multirun_start` then queues the settings of `sweep.enqueue` that the
+study does not hold yet, which the sweeper's next asks run first.
 """
 
 from __future__ import annotations
 
+import math
+
 import optuna
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .storage import GRACE_S, open_storage
 
@@ -78,6 +83,100 @@ class FailStaleTrials(Callback):
         if failed:
             print(f"[rookworld] study {name}: trials {failed} were left RUNNING by a process "
                   "that died; marked FAIL")
+
+
+def _holds(trial: optuna.trial.FrozenTrial, point: dict) -> bool:
+    """Whether `trial` was asked (or is queued) for `point`: its fixed or suggested values
+    equal the point's on the point's keys (floats to rounding)."""
+    values = trial.system_attrs.get("fixed_params") or trial.params
+    for k, v in point.items():
+        if k not in values:
+            return False
+        held = values[k]
+        if isinstance(v, bool) or isinstance(held, bool) or not isinstance(v, (int, float)) \
+                or not isinstance(held, (int, float)):
+            if v != held:
+                return False
+        elif not math.isclose(float(v), float(held), rel_tol=1e-9, abs_tol=0.0):
+            return False
+    return True
+
+
+def searched_distributions(params) -> dict:
+    """hydra.sweeper.params (name -> the sweeper's override syntax) -> name -> Optuna
+    distribution, as the Optuna sweeper parses them."""
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+    dists, _, _ = create_params_from_overrides([f"{k}={v}" for k, v in params.items()])
+    return dists
+
+
+def outside(point: dict, dists: dict) -> str:
+    """Why `point` is not a setting of the search space `dists` ('' when it is): it must
+    name exactly the searched parameters, each inside its distribution."""
+    if set(point) != set(dists):
+        return f"it must name every searched parameter ({', '.join(sorted(dists))}) and no other"
+    for k, v in point.items():
+        try:
+            inside = dists[k]._contains(dists[k].to_internal_repr(v))
+        except (ValueError, TypeError):
+            inside = False
+        if not inside:
+            return f"{k}={v} lies outside its search space {dists[k]}"
+    return ""
+
+
+_LIVE = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING,
+         optuna.trial.TrialState.COMPLETE)
+
+
+def enqueue_trials(url: str, study_name: str, directions: list[str],
+                   points: list[dict]) -> list[dict]:
+    """Queue each point (parameter name -> value) that no waiting, running or complete
+    trial of the study holds, creating the study if needed; returns the points queued.
+    A point whose trial failed (a killed process) is queued again."""
+    storage = open_storage(url)
+    try:
+        study = optuna.create_study(study_name=study_name, storage=storage,
+                                    directions=directions, load_if_exists=True)
+        trials = study.get_trials(deepcopy=False, states=_LIVE)
+        added = []
+        for point in points:
+            if not any(_holds(t, point) for t in trials):
+                study.enqueue_trial(point)
+                added.append(point)
+        return added
+    finally:
+        storage.engine.dispose()
+
+
+class EnqueueTrials(Callback):
+    """hydra.callbacks entry: before the sweeper asks its first trial, queue the points of
+    `sweep.enqueue` the study does not hold yet (Optuna's enqueue_trial), so a study
+    always holds them, its reference settings among them, whatever the sampler draws. A
+    point must set exactly the searched parameters (hydra.sweeper.params), each inside its
+    range; one that does not (a search space changed on the command line) is skipped with
+    a note."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweeper = config.hydra.sweeper
+        url, name = sweeper.get("storage"), sweeper.get("study_name")
+        points = config.get("sweep", {}).get("enqueue") or []
+        if not url or not name or not points:
+            return
+        direction = sweeper.get("direction") or "minimize"
+        directions = [str(d) for d in direction] if OmegaConf.is_list(direction) \
+            else [str(direction)]
+        dists = searched_distributions(sweeper.get("params") or {})
+        kept = []
+        for p in points:
+            p = OmegaConf.to_container(p, resolve=True)
+            why = outside(p, dists)
+            if why:  # a search space of the user's own: the point is not a setting of it
+                print(f"[rookworld] study {name}: sweep.enqueue point {p} not queued: {why}")
+            else:
+                kept.append(p)
+        for point in enqueue_trials(str(url), str(name), directions, kept):
+            print(f"[rookworld] study {name}: queued {point} (sweep.enqueue)")
 
 
 def trial_count(url: str, study_name: str) -> int:

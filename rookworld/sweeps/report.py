@@ -36,6 +36,7 @@ class TrialRow:
     replicas: list[dict] = field(default_factory=list)
     run_dir: str | None = None
     reason: str = ""  # why a FAIL trial failed (its job's `reason`, or Optuna's fail_reason)
+    enqueued: bool = False  # its settings were queued (sweep.enqueue), not drawn by the sampler
 
     @property
     def label(self) -> str:
@@ -62,7 +63,8 @@ def load_rows(study: optuna.Study) -> list[TrialRow]:
             params={k: v for k, v in t.params.items() if k != TRIAL_KEY},
             outcomes=list(a.get("outcomes", [])), replicas=list(a.get("replicas", [])),
             run_dir=a.get("run_dir"),
-            reason=str(a.get("reason") or t.system_attrs.get("fail_reason") or "")))
+            reason=str(a.get("reason") or t.system_attrs.get("fail_reason") or ""),
+            enqueued="fixed_params" in t.system_attrs))
     return rows
 
 
@@ -96,7 +98,8 @@ def trial_table(rows: list[TrialRow], names: list[str]) -> str:
             "objective"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [str(r.number), r.state, *(_fmt(r.params.get(n)) for n in names),
+        number = f"{r.number} (queued)" if r.enqueued else str(r.number)
+        cells = [number, r.state, *(_fmt(r.params.get(n)) for n in names),
                  *(str(r.outcomes.count(s)) if r.outcomes else "" for s in OUTCOMES),
                  _pct(r.rate("success")), _pct(r.rate("kl_failure")), _obj(r.value)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -142,6 +145,11 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
         out += [f"Best trial: #{best.number}, objective {_obj(best.value)} "
                 f"(outcomes {best.outcomes}): {params}; run directory `{best.run_dir}`.", ""]
+    queued = [r for r in rows if r.enqueued and r.state == "COMPLETE"]
+    if queued:
+        out += ["Queued settings (sweep.enqueue), the reference drawn trials are measured "
+                "against: " + "; ".join(f"#{r.number} objective {_obj(r.value)}" for r in queued)
+                + ".", ""]
     out += ["## Trials", "", trial_table(rows, names), "",
             "## Trials that did not complete", "",
             "Not counted in the rates above (they measured nothing): a setting that could "
