@@ -89,17 +89,12 @@ def _holds(trial: optuna.trial.FrozenTrial, point: dict) -> bool:
     """Whether `trial` was asked (or is queued) for `point`: its fixed or suggested values
     equal the point's on the point's keys (floats to rounding)."""
     values = trial.system_attrs.get("fixed_params") or trial.params
-    for k, v in point.items():
-        if k not in values:
-            return False
-        held = values[k]
-        if isinstance(v, bool) or isinstance(held, bool) or not isinstance(v, (int, float)) \
-                or not isinstance(held, (int, float)):
-            if v != held:
-                return False
-        elif not math.isclose(float(v), float(held), rel_tol=1e-9, abs_tol=0.0):
-            return False
-    return True
+    return all(k in values and _same(values[k], v) for k, v in point.items())
+
+
+def _same(a, b) -> bool:
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) if numbers else a == b
 
 
 def searched_distributions(params) -> dict:
