@@ -12,7 +12,7 @@ is listed; a subpackage's name covers its modules):
     config: config
     data and rewards: data, data_io, task_mix, rewards
     backend: backends, model
-    engine: engine, batch, anchor, prompt_filter, evaluation, runtime
+    engine: engine, batch, credit, anchor, prompt_filter, evaluation, runtime
     tracking: checkpoint, loggers, report, diff, resume, model_card, sweeps
     entry points: train, pretrain, evaluate
 

@@ -162,15 +162,15 @@ def _check_backend(cfg: DictConfig) -> None:
         raise ConfigError("backend=fast_gpt2 runs rookworld's own GPT-2 only; model=hf needs "
                           "backend=hf or auto")
     amp, on_gpu = cfg.get("autocast", "auto"), str(cfg.get("device", "cpu")).startswith("cuda")
-    runs_hf = backend == "hf" or hf_model or (backend == "auto" and (amp == "bf16" or on_gpu))
+    runs_hf = backend == "hf" or hf_model or (backend == "auto" and on_gpu)
     if cfg.get("recompute_activations") and runs_hf:
         raise ConfigError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
                           "runs transformers' forward as it is); set it to false")
     if amp not in ("auto", "bf16", "off"):
         raise ConfigError(f"autocast must be auto, bf16 or off, got {amp!r}")
-    if amp == "bf16" and backend == "fast_gpt2":
-        raise ConfigError("backend=fast_gpt2 runs float32 only; autocast=bf16 needs backend=hf "
-                          "or auto")
+    if amp == "bf16" and backend == "fast_gpt2" and on_gpu:
+        raise ConfigError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
+                          "backend=hf (or auto)")
 
 
 def _locate(target: str, key: str):

@@ -20,12 +20,13 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from . import backends, grpo, precision
+from . import backends, credit, grpo, precision
 from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
 from .distributed import DistContext
 from .engine_settings import EngineSettings
 from .forward import final_norm, lm_head
+from .forward_matmul import low_precision
 from .lr import scale_lr
 from .runtime import mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
@@ -56,16 +57,21 @@ class GRPOEngine:
         self.sampling, self.G, self.seed = sampling, s.num_generations, s.seed
         self.num_iterations, self.kl_estimator = s.num_iterations, s.kl_estimator
         self.entropy_coef, self.zero_variance = s.entropy_coef, s.zero_variance
+        self.credit, self._token_lengths = s.credit, {}  # credit.token_ends' cache
         self.micro_batch, self.micro_batch_tokens = s.micro_batch, s.micro_batch_tokens
         self.ref_sync_every, self.ref_sync_alpha = s.ref_sync_every, s.ref_sync_alpha
         self.dist = dist
         self.release_memory = s.release_memory
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
-        # one precision for the run, from the policy's device (fast_gpt2 runs float32 only)
-        self.amp = None if s.backend == "fast_gpt2" and s.autocast == "auto" else \
-            precision.autocast_dtype(s.autocast, self.device)  # the reference's too
-        self.backend = backends.resolve(s.backend, policy.model, self.device, self.amp)
+        # one precision for the run (the reference's too): torch.autocast under hf; under
+        # fast_gpt2 (CPU) bf16 products inside its own forward (`forward_matmul.low_precision`)
+        amp = None if s.backend == "fast_gpt2" and s.autocast == "auto" else \
+            precision.autocast_dtype(s.autocast, self.device)
+        self.backend = backends.resolve(s.backend, policy.model, self.device, amp)
+        fast = self.backend.name == "fast_gpt2"
+        self.amp = None if fast else amp
+        self.products = precision.products_dtype(s.autocast, self.device) if fast else None
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
@@ -85,6 +91,11 @@ class GRPOEngine:
         self.nan_lr_backoff = s.nan_lr_backoff
         self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
+
+    def training_precision(self):
+        """The context of a step's sampling, reference pass and update: bf16 products under
+        fast_gpt2 with autocast=bf16 (held-out evaluations stay float32), else nothing."""
+        return low_precision(self.products)
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -129,6 +140,8 @@ class GRPOEngine:
             r.logprobs = self._logprobs(self.model, r, temps)  # the update's pass: ratio 1
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
+        if self.credit == "moves":
+            adv_tok = self._move_credit(adv, rows, texts, r)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -146,8 +159,20 @@ class GRPOEngine:
             norm_rows *= self.dist.world
         if self.release_memory:
             release_freed_memory()
+        if self.credit == "moves":
+            adv = adv_tok
         return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
+
+    def _move_credit(self, adv: Tensor, rows: list[Sample], texts: list[str], r: Rollout
+                     ) -> Tensor:
+        """[N] sequence advantages -> [N, T] with each P move's own credit (credit.py)."""
+        lengths = r.completion_mask.sum(-1).tolist()
+        ends = [credit.token_ends(self.policy.tokenizer, ids[:int(n)], self._token_lengths)
+                for ids, n in zip(r.completion_ids.tolist(), lengths)]
+        fens = [s.truth.fen if s.task == "P" else None for s in rows]
+        return credit.move_advantages(adv.cpu(), fens, texts, ends, self.G,
+                                      r.completion_ids.shape[1]).to(self.device)
 
     def _advantages(self, rewards: Tensor, tasks: list[str], step: int
                     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -49,7 +49,9 @@ class EngineSettings:
     auto | fast_gpt2 | hf, what runs the model (`backends.resolve`; the rollout tape and
     recompute_activations are fast_gpt2's); autocast: auto | bf16 | off, mixed precision of
     the model's matrix products on each device (`precision.autocast_dtype`);
-    reference_device: where the frozen reference runs (None: with the policy)."""
+    reference_device: where the frozen reference runs (None: with the policy); credit:
+    sequence (every token its sequence's advantage) | moves (each P move's characters the
+    advantage of its own legality, `credit.move_advantages`)."""
 
     num_generations: int
     total_steps: int
@@ -57,6 +59,7 @@ class EngineSettings:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     zero_variance: str = "keep"
+    credit: str = "sequence"
     micro_batch: int | str = "auto"
     micro_batch_tokens: int = 1024
     use_reference: bool = True
@@ -79,3 +82,5 @@ class EngineSettings:
             raise ValueError(f"micro_batch must be auto or an integer >= 0, got {mb!r}")
         if not (isinstance(tokens, int) and tokens >= 1):
             raise ValueError(f"micro_batch_tokens must be an integer >= 1, got {tokens!r}")
+        if self.credit not in ("sequence", "moves"):
+            raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")

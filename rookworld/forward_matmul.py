@@ -6,6 +6,8 @@ oneDNN-packed decoding weights (`pack_weights`)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -13,12 +15,35 @@ from torch import Tensor
 from .forward_gelu import gelu_tanh
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+LOW: torch.dtype | None = None  # the products' dtype inside `low_precision` (None: float32)
+
+
+@contextmanager
+def low_precision(dtype: torch.dtype | None):
+    """Inside it every product below takes float32 inputs in `dtype` (bfloat16) and hands
+    back float32: weights, activations between products, norms, softmax and GELU inputs
+    stay float32, as under torch.autocast. None: float32 products."""
+    global LOW
+    before, LOW = LOW, dtype
+    try:
+        yield
+    finally:
+        LOW = before
+
+
+def _low(t: Tensor | None) -> Tensor | None:
+    return t.to(LOW) if LOW is not None and t is not None and t.dtype == torch.float32 else t
+
+
+def _high(t: Tensor, like: Tensor) -> Tensor:
+    return t.float() if t.dtype != like.dtype and like.dtype == torch.float32 else t
 
 
 def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> Tensor:
     """oneDNN x @ w_out_in^T + b (optionally with tanh GELU fused), any leading dims."""
-    return torch.ops.mkldnn._linear_pointwise(x, w_out_in, b, "gelu" if gelu else "none", [],
-                                              "tanh" if gelu else "")
+    y = torch.ops.mkldnn._linear_pointwise(_low(x), _low(w_out_in), _low(b),
+                                           "gelu" if gelu else "none", [], "tanh" if gelu else "")
+    return _high(y, x)
 
 
 def _cpu_vendor() -> str:
@@ -84,8 +109,8 @@ def _train_product_grads(x: Tensor, w: Tensor, gy: Tensor, needs: tuple[bool, bo
     oneDNN when the product went there, grad_w through torch.mm (MKL)."""
     gx = None
     if needs[0]:
-        gx = _dnn(gy, w, None) if _trains_in_onednn(gy) else gy @ w.t()
-    gw = torch.mm(x.t(), gy) if needs[1] else None
+        gx = _dnn(gy, w, None) if _trains_in_onednn(gy) else _high(_low(gy) @ _low(w).t(), gy)
+    gw = _high(torch.mm(_low(x).t(), _low(gy)), gy) if needs[1] else None
     gb = gy.sum(0) if needs[2] else None
     return gx, gw, gb
 
@@ -108,6 +133,9 @@ Packed = dict[int, Tensor]  # id(weight) -> oneDNN-packed copy (see pack_weights
 
 
 def _blas(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    if LOW is not None and x.dtype == torch.float32:  # the bias is added in float32
+        y = (_low(x) @ _low(w)).float()
+        return y if b is None else y + b
     return x @ w if b is None else torch.addmm(b, x, w)
 
 
@@ -152,10 +180,10 @@ def pack_weights(model, rows: int) -> Packed | None:
             for lin in lins:
                 # oneDNN reorders straight from the transposed view (same packed
                 # result as from a contiguous copy, without making that copy)
-                out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(lin.weight.t(),
-                                                                              rows)
+                out[id(lin.weight)] = torch.ops.mkldnn._reorder_linear_weight(
+                    _low(lin.weight.t()), rows)
         if every:
             out[id(model.lm_head.weight)] = torch.ops.mkldnn._reorder_linear_weight(
-                model.lm_head.weight.contiguous(), rows)
+                _low(model.lm_head.weight.contiguous()), rows)
     return out
 

@@ -295,7 +295,8 @@ class PolicyLoss:
       (Dr. GRPO, arXiv 2503.20783). The engine uses the same `loss.aggregate` for the KL
       and entropy terms, so every term is normalised alike.
 
-    Call: (logp [N, T], old_logp [N, T], advantages [N], mask [N, T]) -> (loss scalar,
+    Call: (logp [N, T], old_logp [N, T], advantages [N] or [N, T] (per token: move credit,
+    rookworld/credit.py), mask [N, T]) -> (loss scalar,
     stats {clip_frac_low, clip_frac_high, ratio_mean, ratio_max}: detached scalars).
     """
 
@@ -316,7 +317,8 @@ class PolicyLoss:
                  mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         log_ratio_fn = token_log_ratio if self.ratio_level == "token" else sequence_log_ratio
         ratio = torch.exp(log_ratio_fn(logp, old_logp.detach(), mask))
-        adv = advantages.detach().to(ratio.dtype).unsqueeze(-1)
+        adv = advantages.detach().to(ratio.dtype)
+        adv = adv if adv.dim() == 2 else adv.unsqueeze(-1)  # [N, T] under move credit
         clipped = ratio.clamp(1 - self.clip_low, 1 + self.clip_high)
         per_token = -torch.minimum(ratio * adv, clipped * adv)
         loss = self.aggregate(per_token, mask)

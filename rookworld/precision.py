@@ -1,13 +1,16 @@
-"""Mixed precision: the `autocast` setting resolved per device, and the context that applies it.
+"""Mixed precision: the `autocast` setting resolved per device and backend, and the
+contexts that apply it.
 
-auto: bfloat16 autocast when the policy is on a CUDA device with native bf16 (compute
-capability 8+), none elsewhere (the CPU path keeps float32: its native kernels and matrix
-library are tuned for it). bf16: bfloat16 autocast on every device of the run, CPU
-included. off: float32 throughout. The reference runs at the policy's precision. Weights,
-optimiser state and the loss's log-softmax stay float32 in every case; only the matrix
-products run in bfloat16 (`torch.autocast`), so no gradient scaling is needed. Under
+hf backend: auto is bfloat16 autocast on a CUDA device with native bf16 (compute capability
+8+), float32 elsewhere; bf16 is bfloat16 autocast on every device, CPU included. Under
 autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
-update computes them, so the policy ratio starts at 1.
+update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): auto and bf16 run
+its matrix products in bfloat16 (`products_dtype`, `forward_matmul.low_precision`; auto
+only on a CPU with native bf16), sampling, reference pass and update alike, so the ratio
+starts at 1 without that pass; held-out evaluations stay float32. off: float32
+throughout. The reference runs at the policy's precision. Weights, optimiser state and the
+loss's log-softmax stay float32 in every case; only the matrix products run in bfloat16,
+so no gradient scaling is needed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,31 @@ def autocast_dtype(setting: str, device) -> torch.dtype | None:
             torch.cuda.get_device_capability(device)[0] >= 8:
         return torch.bfloat16
     return None
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16): there bf16
+    products run about 3x float32's rate; elsewhere torch emulates them, slower."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def products_dtype(setting: str, device) -> torch.dtype | None:
+    """The dtype of fast_gpt2's matrix products (CPU) for `setting`: bf16 -> bfloat16;
+    auto -> bfloat16 where the CPU has native bf16 (`cpu_has_native_bf16`); off, or any
+    other device -> None (float32)."""
+    if setting not in CHOICES:
+        raise ValueError(f"autocast must be one of {' | '.join(CHOICES)}, got {setting!r}")
+    if torch.device(device).type != "cpu" or setting == "off":
+        return None
+    return torch.bfloat16 if setting == "bf16" or cpu_has_native_bf16() else None
 
 
 def autocast(dtype: torch.dtype | None, device):

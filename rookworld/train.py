@@ -123,6 +123,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         num_generations=cfg.num_generations, total_steps=cfg.steps,
         num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
+        credit=a.get("credit", "sequence"),  # configs saved before it: sequence
         micro_batch=cfg.micro_batch,
         micro_batch_tokens=micro_batch_tokens(cfg.micro_batch_tokens, n_params),
         use_reference=cfg.reference.enabled, ref_sync_every=cfg.reference.sync_every,
@@ -204,15 +205,16 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         samples = p.task_mix.draw(pools, p.prompt_filter.drawn(n_prompts), step, cfg.seed)
-        try:
-            samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
-            batch = engine.rollout(samples, step)
-        except NonFiniteLogits as e:  # the last update blew the weights up
-            return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
-                            "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
-        if p.anchor.active:
-            batch.anchor = p.anchor.draw(pools, step, cfg.seed)
-        m = batch.metrics | filtered | engine.update(batch, step)
+        with engine.training_precision():
+            try:
+                samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
+                batch = engine.rollout(samples, step)
+            except NonFiniteLogits as e:  # the last update blew the weights up
+                return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
+                                "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
+            if p.anchor.active:
+                batch.anchor = p.anchor.draw(pools, step, cfg.seed)
+            m = batch.metrics | filtered | engine.update(batch, step)
         if cfg.eval_train_batch and main:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
                 engine.policy, engine.reward.at(step))[0]
@@ -273,7 +275,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
         record_choices(cfg, {"backend": engine.backend.name,
-                             "autocast": precision.name(engine.amp),
+                             "autocast": precision.name(engine.amp or engine.products),
                              "micro_batch_tokens": engine.micro_batch_tokens}, run_dir, main)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)

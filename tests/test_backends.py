@@ -37,9 +37,10 @@ def test_auto_picks_fast_gpt2_for_rookworlds_gpt2_on_cpu_and_hf_otherwise(gpt2_d
     assert backends.resolve("auto", hf, "cpu").name == "hf"
     with pytest.raises(ValueError, match="fast_gpt2 runs rookworld's own GPT-2"):
         backends.resolve("fast_gpt2", hf, "cpu")
-    assert backends.resolve("auto", own, "cpu", torch.bfloat16).name == "hf"  # autocast on
-    with pytest.raises(ValueError, match="float32 only"):
-        backends.resolve("fast_gpt2", own, "cpu", torch.bfloat16)
+    # bf16 on the CPU: fast_gpt2 takes it as bf16 products; on a GPU it is hf's
+    assert backends.resolve("auto", own, "cpu", torch.bfloat16).name == "fast_gpt2"
+    with pytest.raises(ValueError, match="CPU only"):
+        backends.resolve("fast_gpt2", own, "cuda", torch.bfloat16)
 
 
 @pytest.mark.parametrize("overrides,key", [
@@ -47,8 +48,8 @@ def test_auto_picks_fast_gpt2_for_rookworlds_gpt2_on_cpu_and_hf_otherwise(gpt2_d
     (["model=hf", "model.path=x/y", "backend=fast_gpt2"], "backend=fast_gpt2"),
     (["model=hf", "model.path=x/y", "recompute_activations=true"], "recompute_activations"),
     (["autocast=fp16"], "autocast must be"),
-    (["autocast=bf16", "recompute_activations=true"], "recompute_activations"),
-    (["backend=fast_gpt2", "autocast=bf16"], "float32 only"),
+    (["device=cuda", "recompute_activations=true"], "recompute_activations"),
+    (["backend=fast_gpt2", "autocast=bf16", "device=cuda"], "CPU only"),
 ])
 def test_backend_settings_fail_before_any_model(overrides, key):
     with pytest.raises(ConfigError, match=key):
@@ -122,12 +123,12 @@ def test_hf_gives_the_fast_paths_logprobs_and_loss_gradient(tiny_overrides, gpt2
 
 
 def test_bf16_autocast_runs_the_matrix_products_in_bf16_over_float32_weights(tiny_overrides):
-    """autocast=bf16 on CPU: the hf backend runs (auto), the weights and optimiser stay
-    float32, the policy ratio starts at 1, and the reference log-probs move by bf16 rounding
-    only."""
-    cfg = compose(tiny_overrides)
+    """autocast=bf16 on CPU under the hf backend: the weights and optimiser stay float32,
+    the policy ratio starts at 1, and the reference log-probs move by bf16 rounding only."""
+    cfg = compose(tiny_overrides + ["backend=hf"])
     engines = {amp: build_engine(c, build_parts(c), LengthReward())
-               for amp, c in (("off", cfg), ("bf16", compose(tiny_overrides + ["autocast=bf16"])))}
+               for amp, c in (("off", cfg),
+                              ("bf16", compose(tiny_overrides + ["backend=hf", "autocast=bf16"])))}
     e = engines["bf16"]
     assert (e.backend.name, e.amp) == ("hf", torch.bfloat16)
     assert engines["off"].amp is None

@@ -51,22 +51,23 @@ class Backend(Protocol):
 
 def resolve(choice: str, model, device, autocast: torch.dtype | None = None) -> Backend:
     """The backend for `choice` (auto | fast_gpt2 | hf): auto is fast_gpt2 for
-    rookworld's GPT-2 class on CPU in float32, hf otherwise (autocast: the
-    `precision.autocast_dtype` the run uses; fast_gpt2 runs float32 only)."""
+    rookworld's GPT-2 class on CPU, hf otherwise (autocast: the
+    `precision.autocast_dtype` the run uses; fast_gpt2 takes bf16 on the CPU only, as
+    bf16 products, `forward_matmul.low_precision`)."""
     from .fast_gpt2 import FastGPT2
     from .hf import HFBackend
 
     if choice not in CHOICES:
         raise ValueError(f"backend must be one of {' | '.join(CHOICES)}, got {choice!r}")
     if choice == "auto":
-        choice = "fast_gpt2" if is_rookworld_gpt2(model) and autocast is None and \
+        choice = "fast_gpt2" if is_rookworld_gpt2(model) and \
             torch.device(device).type == "cpu" else "hf"
     if choice == "fast_gpt2" and not is_rookworld_gpt2(model):
         raise ValueError(f"backend=fast_gpt2 runs rookworld's own GPT-2 class only; this model "
                          f"is {type(model).__name__}: use backend=hf (or auto)")
-    if choice == "fast_gpt2" and autocast is not None:
-        raise ValueError("backend=fast_gpt2 runs float32 only; with autocast on use backend=hf "
-                         "(or auto), or set autocast=off")
+    if choice == "fast_gpt2" and autocast is not None and torch.device(device).type != "cpu":
+        raise ValueError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
+                         "backend=hf (or auto), or set autocast=off")
     return FastGPT2() if choice == "fast_gpt2" else HFBackend()
 
 

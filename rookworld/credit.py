@@ -1,0 +1,90 @@
+"""Per-move credit for P completions (`algorithm.credit=moves`).
+
+GRPO gives every token of a completion its sequence's advantage, so an illegal move in a
+list of five legal ones is pushed up with them. With move credit, the characters of each
+listed move and of the `B:` move get the group-normalised advantage of their own legality:
+slot j (the j-th listed move, or the best move) of a group's rows is compared with slot j
+of the group's other rows that have one. Every other token (fields, evals, padding) keeps
+the sequence advantage. A task's rows without the three fields keep it throughout.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import torch
+from torch import Tensor
+
+from .rewards.parts import legal_moves
+
+CREDITS = ("sequence", "moves")
+
+
+def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
+    """(slot, start, end, move text) of each listed move ("M0", "M1", ...) and of the best
+    move ("B") in a P completion, as character offsets; [] without the M:/E:/B: fields.
+
+    >>> move_spans(" M: e2e4 zz  E: 0.1 0.2  B: e2e4")
+    [('M0', 4, 8, 'e2e4'), ('M1', 9, 11, 'zz'), ('B', 28, 32, 'e2e4')]
+    """
+    m = len(completion) - len(completion.lstrip())
+    if not completion.startswith("M:", m):
+        return []
+    e = completion.find("E:", m + 2)
+    b = completion.find("B:", e + 2) if e >= 0 else -1
+    if b < 0:
+        return []
+    spans = [(f"M{j}", *span) for j, span in enumerate(_words(completion, m + 2, e))]
+    best = _words(completion, b + 2, len(completion))
+    return spans + ([("B", *best[0])] if best else [])
+
+
+def _words(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    out, i = [], start
+    for word in text[start:end].split():
+        i = text.index(word, i)
+        out.append((i, i + len(word), word))
+        i += len(word)
+    return out
+
+
+def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None) -> list[int]:
+    """Character offset where each token's text ends in the decoded completion; lengths:
+    a cache of each token's decoded length (chess text is ASCII, so a token's length does
+    not depend on its neighbours)."""
+    lengths = {} if lengths is None else lengths
+    ends, n = [], 0
+    for i in ids:
+        if i not in lengths:
+            lengths[i] = len(tokenizer.decode([i], skip_special_tokens=False))
+        n += lengths[i]
+        ends.append(n)
+    return ends
+
+
+def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
+                    ends: list[list[int]], group: int, width: int,
+                    min_std: float = 1e-4) -> Tensor:
+    """[N] sequence advantages -> [N, width] token advantages with move credit.
+
+    fens: the P row's position (None for rows of other tasks, which keep seq_adv);
+    ends: each row's `token_ends`. A slot's advantage is (legal - mean) / max(std, min_std)
+    over the rows of its group that have that slot (0 when they all agree); a slot only one
+    row of its group has keeps that row's sequence advantage."""
+    out = seq_adv.float()[:, None].repeat(1, width)
+    for g in range(0, len(texts), group):
+        slots: dict[str, list[tuple[int, int, int, float]]] = {}
+        for i in range(g, g + group):
+            if fens[i] is None:
+                continue
+            legal = legal_moves(fens[i])
+            for slot, a, b, move in move_spans(texts[i]):
+                slots.setdefault(slot, []).append((i, a, b, float(move in legal)))
+        for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
+            x = torch.tensor([r[3] for r in rows])
+            std = x.std()  # unbiased, as the sequence advantages' (grpo.group_advantages)
+            adv = torch.zeros_like(x) if float(std) == 0 else (x - x.mean()) / std.clamp_min(min_std)
+            for (i, a, b, _), v in zip(rows, adv.tolist()):
+                # the tokens that hold characters a .. b-1
+                out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v
+    return out

@@ -1,0 +1,114 @@
+"""Move credit (`algorithm.credit=moves`): each P move's characters carry the advantage of
+its own legality within its group; everything else keeps the sequence advantage."""
+
+import pytest
+import torch
+
+from rookworld import credit
+from rookworld.config import compose
+from rookworld.grpo import PolicyLoss
+from rookworld.chess_tasks.policy import policy_sample
+from rookworld.model import build_char_tokenizer
+from rookworld.sampling import Rollout
+from rookworld.train import build_engine, build_parts
+from tests.test_engine import LengthReward
+
+START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+
+
+class PairTokenizer:
+    """Two characters a token, so a move's span starts or ends inside a token."""
+
+    def __init__(self, text: str):
+        self.pieces = [text[i:i + 2] for i in range(0, len(text), 2)]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.pieces[i] for i in ids)
+
+
+def _advantages(texts, seq, fens=None, group=None, tokenizer=None):
+    tok = tokenizer or build_char_tokenizer()
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ends = [credit.token_ends(tok, i) for i in ids]
+    return credit.move_advantages(torch.tensor(seq), fens or [START] * len(texts), texts, ends,
+                                  group or len(texts), max(map(len, ids)))
+
+
+def test_a_fieldless_completion_has_no_move_spans():
+    assert credit.move_spans("e2e4 e7e5") == []
+    assert credit.move_spans(" M: e2e4 E: 0.1") == []
+    assert [s[0] for s in credit.move_spans("M: e2e4  E: 0.1  B:")] == ["M0"]
+
+
+def test_each_move_gets_its_own_legality_and_the_rest_the_sequence_advantage():
+    texts = [" M: e2e4 e2e5  E: 0.3 0.1  B: e2e5",
+             " M: e2e4 d2d4  E: 0.3 0.1  B: e2e4"]
+    adv = _advantages(texts, [0.5, -0.5])
+    for row, text in enumerate(texts):
+        spans = {slot: (a, b) for slot, a, b, _ in credit.move_spans(text)}
+        a, b = spans["M0"]  # legal in both rows: no signal
+        assert adv[row, a:b].eq(0).all()
+        sign = -1 if row == 0 else 1  # e2e5 is illegal, d2d4 and e2e4 legal
+        for slot in ("M1", "B"):  # two rows, one legal: +-0.5 / std(0, 1)
+            a, b = spans[slot]
+            assert torch.allclose(adv[row, a:b], torch.tensor(sign * 2 ** -0.5))
+        outside = torch.ones(len(text), dtype=torch.bool)
+        for a, b in spans.values():
+            outside[a:b] = False
+        assert adv[row, :len(text)][outside].eq([0.5, -0.5][row]).all()
+
+
+def test_rows_without_moves_and_other_groups_stay_apart():
+    texts = [" M: e2e5  E: 0.1  B: e2e5", " M: e2e4  E: 0.1  B: e2e4",
+             "8/8/8/8/8/8/8/8 w - - 0 1+0+0+0", " M: e2e4  E: 0.1  B: e2e4"]
+    adv = _advantages(texts, [1.0, 2.0, 3.0, 4.0], fens=[START, START, None, START], group=2)
+    assert adv[0, 4:8].lt(0).all() and adv[1, 4:8].gt(0).all()
+    assert adv[2, :len(texts[2])].eq(3.0).all()  # not a P row: the sequence advantage
+    assert adv[3, :len(texts[3])].eq(4.0).all()  # its group's only P row: nothing to compare
+
+
+def test_a_span_covers_every_token_it_touches():
+    texts = [" M: e2e5  E: 0.1  B: e2e4", " M: e2e4  E: 0.1  B: e2e4"]
+    toks = [PairTokenizer(t) for t in texts]
+    ids = [list(range(len(t.pieces))) for t in toks]
+    ends = [credit.token_ends(t, i) for t, i in zip(toks, ids)]
+    adv = credit.move_advantages(torch.tensor([0.0, 0.0]), [START] * 2, texts, ends, 2, 13)
+    # "e2e5" spans characters 4-7, tokens 2 (" M"... "e2") and 3 ("e5")
+    assert adv[0, :5].sign().tolist() == [0.0, 0.0, -1.0, -1.0, 0.0]
+
+
+def test_per_token_advantages_equal_to_the_broadcast_give_the_same_loss():
+    torch.manual_seed(0)
+    logp, old = torch.randn(4, 6), torch.randn(4, 6)
+    mask = torch.ones(4, 6)
+    seq = torch.randn(4)
+    loss = PolicyLoss(clip_low=0.2, clip_high=0.2)
+    a, _ = loss(logp, old, seq, mask)
+    b, _ = loss(logp, old, seq[:, None].expand(4, 6), mask)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["fast_gpt2", "hf"])
+def test_the_engine_trains_on_move_credit(tiny_overrides, backend):
+    from rookworld.data_io import read_samples
+
+    cfg = compose(tiny_overrides + [f"backend={backend}", "algorithm.credit=moves",
+                                    "sampler.temperature=1.5", "optim.lr=1e-2"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
+    batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
+    assert batch.advantages.shape == batch.rollout.completion_ids.shape
+    m = engine.update(batch, 0)
+    assert torch.isfinite(torch.tensor(m["loss/policy"]))
+    # written-out P answers get their moves' credit through the engine's own path
+    rows = [policy_sample(START, ("e2e4", "d2d4"), (0.3, 0.1))] * 2
+    texts = [" M: e2e4 e2e5  E: 0.3 0.1  B: e2e5", " M: e2e4 d2d4  E: 0.3 0.1  B: e2e4"]
+    ids = [engine.policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, ids))
+    comp = torch.tensor([i + [0] * (width - len(i)) for i in ids])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])
+    r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(2, width),
+                torch.zeros(2, dtype=torch.bool))
+    adv = engine._move_credit(torch.tensor([0.5, -0.5]), rows, texts, r)
+    assert torch.equal(adv, _advantages(texts, [0.5, -0.5]))

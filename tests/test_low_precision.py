@@ -1,0 +1,54 @@
+"""bf16 products in the fast GPT-2 (`autocast=bf16` on the CPU): float32 in and out, values
+and gradients within bfloat16's rounding of the float32 ones, evaluations left in float32."""
+
+import pytest
+import torch
+
+from rookworld.config import compose
+from rookworld.forward_matmul import low_precision
+from rookworld.train import build_engine, build_parts
+from tests.test_engine import LengthReward
+
+pytestmark = pytest.mark.usefixtures("cpu_matmul")
+
+
+@pytest.mark.parametrize("gelu", [False, True])
+def test_products_run_in_bf16_and_hand_back_float32(gelu):
+    from rookworld.forward_matmul import linear
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(96, 64), torch.randn(64, 48) / 8, torch.randn(48)
+    with torch.no_grad():
+        exact = linear(x, w, b, gelu=gelu)
+        with low_precision(torch.bfloat16):
+            low = linear(x, w, b, gelu=gelu)
+    assert low.dtype == torch.float32
+    assert not torch.equal(low, exact)  # the products did run in bf16
+    assert torch.allclose(low, exact, atol=0.05, rtol=0.02)
+
+
+def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overrides):
+    from rookworld import forward_matmul
+    from rookworld.data_io import read_samples
+
+    cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16", "kl=fixed"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    assert engine.amp is None and engine.products == torch.bfloat16
+    pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
+    with engine.training_precision():
+        assert forward_matmul.LOW == torch.bfloat16
+        batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
+        low = engine._logprobs(engine.model, batch.rollout, batch.temperature)
+        m = engine.update(batch, 0)
+    assert forward_matmul.LOW is None  # outside a step (evaluations): float32 products
+    assert torch.isfinite(torch.tensor(m["loss/total"]))
+    exact = engine._logprobs(engine.ref, batch.rollout, batch.temperature)  # the start, float32
+    with engine.training_precision():
+        ref_low = engine._logprobs(engine.ref, batch.rollout, batch.temperature)
+    mask = batch.rollout.completion_mask.bool()
+    assert not torch.equal(ref_low[mask], exact[mask])
+    assert torch.allclose(ref_low[mask], exact[mask], atol=0.1)
+    # the sampler's log-probs are a bf16 forward's too: the update's teacher-forced pass
+    # agrees to bf16 rounding (a policy ratio within 1% of 1), float32 would be far closer
+    assert torch.allclose(batch.rollout.logprobs[mask], low[mask], atol=0.01)
