@@ -24,7 +24,7 @@ class Batch:
     texts: list[str]
     temperature: Tensor          # [N] the temperature each row was sampled with
     rewards: Tensor              # [N]
-    advantages: Tensor           # [N]
+    advantages: Tensor           # [N], or [N,T] per token under move credit (credit.py)
     loss_mask: Tensor            # [N,T] completion mask, zeroed for dropped groups
     ref_logprobs: Tensor | None  # [N,T]
     metrics: dict = field(default_factory=dict)

@@ -94,7 +94,8 @@ class GRPOEngine:
 
     def training_precision(self):
         """The context of a step's sampling, reference pass and update: bf16 products under
-        fast_gpt2 with autocast=bf16 (held-out evaluations stay float32), else nothing."""
+        fast_gpt2 when `precision.products_dtype` says so (held-out evaluations stay
+        float32), else nothing."""
         return low_precision(self.products)
 
     # ---------------------------------------------------------------- rollout
@@ -140,8 +141,8 @@ class GRPOEngine:
             r.logprobs = self._logprobs(self.model, r, temps)  # the update's pass: ratio 1
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
-        if self.credit == "moves":
-            adv_tok = self._move_credit(adv, rows, texts, r)
+        # what the loss weighs each token by: its sequence's advantage, or its move's
+        loss_adv = self._move_credit(adv, rows, texts, r) if self.credit == "moves" else adv
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -159,9 +160,7 @@ class GRPOEngine:
             norm_rows *= self.dist.world
         if self.release_memory:
             release_freed_memory()
-        if self.credit == "moves":
-            adv = adv_tok
-        return Batch(samples, r, texts, temps, rewards, adv, loss_mask, ref_lp, m,
+        return Batch(samples, r, texts, temps, rewards, loss_adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
 
     def _move_credit(self, adv: Tensor, rows: list[Sample], texts: list[str], r: Rollout
