@@ -88,3 +88,14 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                 # the tokens that hold characters a .. b-1
                 out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v
     return out
+
+
+def rollout_advantages(seq_adv: Tensor, rows, texts: list[str], rollout, group: int, tokenizer,
+                       lengths: dict[int, int]) -> Tensor:
+    """The engine's call: a rollout's [N] sequence advantages -> [N, T] with move credit
+    (rows: its samples, one per completion; lengths: `token_ends`' cache), on its device."""
+    ends = [token_ends(tokenizer, ids[:int(n)], lengths) for ids, n in zip(
+        rollout.completion_ids.tolist(), rollout.completion_mask.sum(-1).tolist())]
+    fens = [s.truth.fen if s.task == "P" else None for s in rows]
+    return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
+                           rollout.completion_ids.shape[1]).to(seq_adv.device)

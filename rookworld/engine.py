@@ -26,7 +26,6 @@ from .chess_tasks import Sample
 from .distributed import DistContext
 from .engine_settings import EngineSettings
 from .forward import final_norm, lm_head
-from .forward_matmul import low_precision
 from .lr import scale_lr
 from .runtime import mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
@@ -64,14 +63,10 @@ class GRPOEngine:
         self.release_memory = s.release_memory
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
-        # one precision for the run (the reference's too): torch.autocast under hf; under
-        # fast_gpt2 (CPU) bf16 products inside its own forward (`forward_matmul.low_precision`)
-        amp = None if s.backend == "fast_gpt2" and s.autocast == "auto" else \
-            precision.autocast_dtype(s.autocast, self.device)
-        self.backend = backends.resolve(s.backend, policy.model, self.device, amp)
-        fast = self.backend.name == "fast_gpt2"
-        self.amp = None if fast else amp
-        self.products = precision.products_dtype(s.autocast, self.device) if fast else None
+        # one precision for the run, the reference's too (amp: torch.autocast's dtype, hf;
+        # products: fast_gpt2's own bf16 products, `forward_matmul.low_precision`)
+        self.backend, self.amp, self.products = backends.choose(
+            s.backend, policy.model, self.device, s.autocast)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
@@ -91,12 +86,6 @@ class GRPOEngine:
         self.nan_lr_backoff = s.nan_lr_backoff
         self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
-
-    def training_precision(self):
-        """The context of a step's sampling, reference pass and update: bf16 products under
-        fast_gpt2 when `precision.products_dtype` says so (held-out evaluations stay
-        float32), else nothing."""
-        return low_precision(self.products)
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -142,7 +131,8 @@ class GRPOEngine:
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
-        loss_adv = self._move_credit(adv, rows, texts, r) if self.credit == "moves" else adv
+        loss_adv = adv if self.credit != "moves" else credit.rollout_advantages(
+            adv, rows, texts, r, self.G, self.policy.tokenizer, self._token_lengths)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -162,16 +152,6 @@ class GRPOEngine:
             release_freed_memory()
         return Batch(samples, r, texts, temps, rewards, loss_adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
-
-    def _move_credit(self, adv: Tensor, rows: list[Sample], texts: list[str], r: Rollout
-                     ) -> Tensor:
-        """[N] sequence advantages -> [N, T] with each P move's own credit (credit.py)."""
-        lengths = r.completion_mask.sum(-1).tolist()
-        ends = [credit.token_ends(self.policy.tokenizer, ids[:int(n)], self._token_lengths)
-                for ids, n in zip(r.completion_ids.tolist(), lengths)]
-        fens = [s.truth.fen if s.task == "P" else None for s in rows]
-        return credit.move_advantages(adv.cpu(), fens, texts, ends, self.G,
-                                      r.completion_ids.shape[1]).to(self.device)
 
     def _advantages(self, rewards: Tensor, tasks: list[str], step: int
                     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -205,7 +205,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         samples = p.task_mix.draw(pools, p.prompt_filter.drawn(n_prompts), step, cfg.seed)
-        with engine.training_precision():
+        with forward_matmul.low_precision(engine.products):  # fast_gpt2's bf16, if any
             try:
                 samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
                 batch = engine.rollout(samples, step)
@@ -222,12 +222,10 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         m["time/tokens_per_s"] = m["sample/tokens"] / m["time/step_s"]
         m["mem/peak_mb"] = peak_memory_mb(engine.device)
         _log(loggers, metrics_file, m, step)
-        reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m else None
-        if reason:
-            return Outcome("kl_failure", step, reason), first_eval, last_eval
-        reason = p.nan_guard.check(m)
-        if reason:
-            return Outcome("nan_failure", step, reason), first_eval, last_eval
+        kl_reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m else None
+        if reason := kl_reason or p.nan_guard.check(m):  # the NaN guard only while KL holds
+            kind = "kl_failure" if kl_reason else "nan_failure"
+            return Outcome(kind, step, reason), first_eval, last_eval
         done = step + 1
         if main and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step,

@@ -36,7 +36,7 @@ def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overri
     engine = build_engine(cfg, parts, LengthReward())
     assert engine.amp is None and engine.products == torch.bfloat16
     pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
-    with engine.training_precision():
+    with low_precision(engine.products):
         assert forward_matmul.LOW == torch.bfloat16
         batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
         low = engine._logprobs(engine.model, batch.rollout, batch.temperature)
@@ -44,7 +44,7 @@ def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overri
     assert forward_matmul.LOW is None  # outside a step (evaluations): float32 products
     assert torch.isfinite(torch.tensor(m["loss/total"]))
     exact = engine._logprobs(engine.ref, batch.rollout, batch.temperature)  # the start, float32
-    with engine.training_precision():
+    with low_precision(engine.products):
         ref_low = engine._logprobs(engine.ref, batch.rollout, batch.temperature)
     mask = batch.rollout.completion_mask.bool()
     assert not torch.equal(ref_low[mask], exact[mask])

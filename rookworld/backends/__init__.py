@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from .. import precision
 from ..gpt2 import is_rookworld_gpt2
 from ..sampling import Rollout, SamplingSettings
 
@@ -69,6 +70,19 @@ def resolve(choice: str, model, device, autocast: torch.dtype | None = None) -> 
         raise ValueError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
                          "backend=hf (or auto), or set autocast=off")
     return FastGPT2() if choice == "fast_gpt2" else HFBackend()
+
+
+def choose(choice: str, model, device, autocast: str) -> tuple[Backend, torch.dtype | None,
+                                                               torch.dtype | None]:
+    """(backend, amp, products) for a run's `backend` and `autocast` settings: amp is
+    torch.autocast's dtype (hf), products fast_gpt2's own bf16 products
+    (`precision.products_dtype`); a backend=fast_gpt2 run keeps auto's float32 on a GPU."""
+    amp = None if choice == "fast_gpt2" and autocast == "auto" else \
+        precision.autocast_dtype(autocast, device)
+    backend = resolve(choice, model, device, amp)
+    if backend.name == "fast_gpt2":
+        return backend, None, precision.products_dtype(autocast, device)
+    return backend, amp, None
 
 
 def of(policy) -> Backend:
