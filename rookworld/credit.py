@@ -5,7 +5,8 @@ list of five legal ones is pushed up with them. With move credit, the characters
 listed move and of the `B:` move get the group-normalised advantage of their own legality:
 slot j (the j-th listed move, or the best move) of a group's rows is compared with slot j
 of the group's other rows that have one. Every other token (fields, evals, padding) keeps
-the sequence advantage. A task's rows without the three fields keep it throughout.
+the sequence advantage, and so do rows of other tasks and P rows without the three fields
+throughout.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import torch
 from torch import Tensor
 
 from .rewards.parts import legal_moves
-
-CREDITS = ("sequence", "moves")
-
 
 def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
     """(slot, start, end, move text) of each listed move ("M0", "M1", ...) and of the best
