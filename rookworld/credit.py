@@ -12,10 +12,12 @@ throughout.
 from __future__ import annotations
 
 import bisect
+import re
 
 import torch
 from torch import Tensor
 
+from .chess_tasks.policy import field_starts
 from .rewards.parts import legal_moves
 
 def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
@@ -25,25 +27,19 @@ def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
     >>> move_spans(" M: e2e4 zz  E: 0.1 0.2  B: e2e4")
     [('M0', 4, 8, 'e2e4'), ('M1', 9, 11, 'zz'), ('B', 28, 32, 'e2e4')]
     """
-    m = len(completion) - len(completion.lstrip())
-    if not completion.startswith("M:", m):
+    at = field_starts(completion)
+    if at is None:
         return []
-    e = completion.find("E:", m + 2)
-    b = completion.find("B:", e + 2) if e >= 0 else -1
-    if b < 0:
-        return []
+    m, e, b = at
     spans = [(f"M{j}", *span) for j, span in enumerate(_words(completion, m + 2, e))]
     best = _words(completion, b + 2, len(completion))
     return spans + ([("B", *best[0])] if best else [])
 
 
 def _words(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
-    out, i = [], start
-    for word in text[start:end].split():
-        i = text.index(word, i)
-        out.append((i, i + len(word), word))
-        i += len(word)
-    return out
+    """(start, end, word) of the whitespace-separated words of text[start:end]."""
+    return [(start + w.start(), start + w.end(), w.group())
+            for w in re.finditer(r"\S+", text[start:end])]
 
 
 def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None) -> list[int]:
@@ -92,8 +88,8 @@ def rollout_advantages(seq_adv: Tensor, rows, texts: list[str], rollout, group: 
                        lengths: dict[int, int]) -> Tensor:
     """The engine's call: a rollout's [N] sequence advantages -> [N, T] with move credit
     (rows: its samples, one per completion; lengths: `token_ends`' cache), on its device."""
-    ends = [token_ends(tokenizer, ids[:int(n)], lengths) for ids, n in zip(
-        rollout.completion_ids.tolist(), rollout.completion_mask.sum(-1).tolist())]
     fens = [s.truth.fen if s.task == "P" else None for s in rows]
+    ends = [token_ends(tokenizer, ids[:int(n)], lengths) if fen else [] for ids, n, fen in zip(
+        rollout.completion_ids.tolist(), rollout.completion_mask.sum(-1).tolist(), fens)]
     return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
                            rollout.completion_ids.shape[1]).to(seq_adv.device)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .forward_gelu import gelu_tanh
+from .precision import cpuinfo
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 LOW: torch.dtype | None = None  # the products' dtype inside `low_precision` (None: float32)
@@ -47,14 +48,7 @@ def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> T
 
 
 def _cpu_vendor() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpuinfo("vendor_id")
 
 
 CPU_MATMUL_CHOICES = ("auto", "onednn", "blas", "mkl")

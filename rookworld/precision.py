@@ -37,18 +37,22 @@ def autocast_dtype(setting: str, device) -> torch.dtype | None:
     return None
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16): there bf16
-    products run about 3x float32's rate; elsewhere torch emulates them, slower."""
+def cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+                if line.split(":", 1)[0].strip() == field:
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return False
+    return ""
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16): there bf16
+    products run at over twice float32's rate; elsewhere torch emulates them, slower."""
+    return bool(set(cpuinfo("flags").split()) & {"avx512_bf16", "amx_bf16"})
 
 
 def products_dtype(setting: str, device) -> torch.dtype | None:

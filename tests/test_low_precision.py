@@ -27,7 +27,7 @@ def test_products_run_in_bf16_and_hand_back_float32(gelu):
     assert torch.allclose(low, exact, atol=0.05, rtol=0.02)
 
 
-def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overrides):
+def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_overrides):
     from rookworld import forward_matmul
     from rookworld.data_io import read_samples
 
@@ -41,7 +41,7 @@ def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overri
         batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
         low = engine._logprobs(engine.model, batch.rollout, batch.temperature)
         m = engine.update(batch, 0)
-    assert forward_matmul.LOW is None  # outside a step (evaluations): float32 products
+    assert forward_matmul.LOW is None  # the context restores float32 products
     assert torch.isfinite(torch.tensor(m["loss/total"]))
     exact = engine._logprobs(engine.ref, batch.rollout, batch.temperature)  # the start, float32
     with low_precision(engine.products):
@@ -52,3 +52,26 @@ def test_the_engine_trains_in_bf16_products_and_evaluates_in_float32(tiny_overri
     # the sampler's log-probs are a bf16 forward's too: the update's teacher-forced pass
     # agrees to bf16 rounding (a policy ratio within 1% of 1), float32 would be far closer
     assert torch.allclose(batch.rollout.logprobs[mask], low[mask], atol=0.01)
+
+
+def test_a_run_updates_in_bf16_and_evaluates_in_float32(tiny_overrides, tmp_path, monkeypatch):
+    from rookworld import forward_matmul, train
+    from rookworld.engine import GRPOEngine
+
+    seen = {"update": [], "evaluate": []}
+    update, evaluate = GRPOEngine.update, train.evaluate
+
+    def watched_update(self, *a, **k):
+        seen["update"].append(forward_matmul.LOW)
+        return update(self, *a, **k)
+
+    def watched_evaluate(*a, **k):
+        seen["evaluate"].append(forward_matmul.LOW)
+        return evaluate(*a, **k)
+
+    monkeypatch.setattr(GRPOEngine, "update", watched_update)
+    monkeypatch.setattr(train, "evaluate", watched_evaluate)
+    result = train.run(compose(tiny_overrides + ["autocast=bf16"]), tmp_path)
+    assert result.outcome.status == "success"
+    assert seen == {"update": [torch.bfloat16] * 2, "evaluate": [None, None]}
+    assert "autocast: bf16" in (tmp_path / "run_config.yaml").read_text()

@@ -18,18 +18,26 @@ UCI_RE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 MAX_COMPLETION_CHARS = 1024  # a P completion is ~125 characters; longer input is malformed
 
 
+def field_starts(text: str) -> tuple[int, int, int] | None:
+    """Offsets of "M:", "E:" and "B:" in "<whitespace>M:<moves>E:<evals>B:<best>": moves end
+    at the first "E:", evals at the first "B:" after it; None without that shape. One pass
+    of str.find, linear in the text (a lazy regex over the same shape backtracks
+    quadratically without a "B:")."""
+    m = len(text) - len(text.lstrip())
+    if not text.startswith("M:", m):
+        return None
+    e = text.find("E:", m + 2)
+    b = text.find("B:", e + 2) if e >= 0 else -1
+    return None if b < 0 else (m, e, b)
+
+
 def _fields(text: str) -> tuple[str, str, str] | None:
-    """(moves, evals, best) of "<whitespace>M:<moves>E:<evals>B:<best>": moves end at the
-    first "E:", evals at the first "B:" after it. One pass of str.find, linear in the text
-    (a lazy regex over the same shape backtracks quadratically without a "B:")."""
-    body = text.lstrip()
-    if not body.startswith("M:"):
+    """(moves, evals, best) of a P completion (`field_starts`)."""
+    at = field_starts(text)
+    if at is None:
         return None
-    e = body.find("E:", 2)
-    b = body.find("B:", e + 2) if e >= 0 else -1
-    if b < 0:
-        return None
-    return body[2:e], body[e + 2:b], body[b + 2:]
+    m, e, b = at
+    return text[m + 2:e], text[e + 2:b], text[b + 2:]
 
 
 def format_eval(pawns: float) -> str:
