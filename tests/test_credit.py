@@ -113,3 +113,42 @@ def test_the_engine_trains_on_move_credit(tiny_overrides, backend):
     adv = credit.rollout_advantages(torch.tensor([0.5, -0.5]), rows, texts, r, 2,
                                     engine.policy.tokenizer, {})
     assert torch.equal(adv, _advantages(texts, [0.5, -0.5]))
+
+
+def test_prefix_credit_puts_an_illegal_moves_penalty_on_its_first_wrong_character():
+    # e2e5: "e2" starts legal pawn moves and "e2e" too (e2e3, e2e4); "5" is the wrong one
+    texts = [" M: e2e5  E: 0.1  B: g1f3", " M: e2e4  E: 0.1  B: g1g3"]
+    ids = [build_char_tokenizer()(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ends = [credit.token_ends(build_char_tokenizer(), i) for i in ids]
+    adv = credit.move_advantages(torch.tensor([0.0, 0.0]), [START] * 2, texts, ends, 2,
+                                 max(map(len, ids)), prefix=True)
+    whole = _advantages(texts, [0.0, 0.0])
+    assert adv[0, 4:7].eq(0).all() and adv[0, 7].lt(0)  # e2e | 5
+    assert adv[1, 4:8].eq(whole[1, 4:8]).all() and adv[1, 4:8].gt(0).all()  # legal: whole
+    b = texts[1].index("B: ") + 3  # g1g3: "g1g" starts no legal move (g1f3, g1h3)
+    assert adv[1, b:b + 2].eq(0).all() and adv[1, b + 2:b + 4].lt(0).all()
+    assert adv[0, b:b + 4].gt(0).all()
+
+
+def test_a_move_that_stops_short_of_a_legal_one_is_penalised_whole():
+    assert credit.first_wrong("e7e8", credit.prefixes_of(frozenset({"e7e8q", "e7e8n"}))) == 0
+    assert credit.first_wrong("zz", credit.prefixes_of(frozenset({"e2e4"}))) == 0
+    assert credit.first_wrong("e2e4q", credit.prefixes_of(frozenset({"e2e4"}))) == 4
+
+
+def test_only_moves_leaves_the_tokens_between_the_moves_at_zero():
+    texts = [" M: e2e4 e2e5  E: 0.3 0.1  B: e2e5", " M: e2e4 d2d4  E: 0.3 0.1  B: e2e4",
+             " M: e2e4  oops"]
+    tok = build_char_tokenizer()
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ends = [credit.token_ends(tok, i) for i in ids]
+    width = max(map(len, ids))
+    args = (torch.tensor([0.5, -0.5, -1.0]), [START] * 3, texts, ends, 3, width)
+    moves, only = credit.move_advantages(*args), credit.move_advantages(*args, only_moves=True)
+    for row in range(2):
+        inside = torch.zeros(width, dtype=torch.bool)
+        for _, a, b, _ in credit.move_spans(texts[row]):
+            inside[a:b] = True
+        assert only[row][inside].eq(moves[row][inside]).all()
+        assert only[row][~inside].eq(0).all() and moves[row, :4].eq([0.5, -0.5][row]).all()
+    assert only[2].eq(-1.0).all()  # no fields: the sequence advantage (format)
