@@ -7,11 +7,6 @@ slot j (the j-th listed move, or the best move) of a group's rows is compared wi
 of the group's other rows that have one. Every other token (fields, evals, padding) keeps
 the sequence advantage, and so do rows of other tasks and P rows without the three fields
 throughout.
-
-Prefix credit (`algorithm.credit=prefix`) puts an illegal move's advantage only on its
-characters from the first one that no legal move continues: in "e1g1" with castling
-illegal, "e1" (the king, which has legal moves) gets 0 and "g1" the penalty, so the
-update teaches which squares a piece may go to rather than avoiding the piece.
 """
 
 from __future__ import annotations
@@ -61,34 +56,15 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
     return ends
 
 
-def first_wrong(move: str, prefixes: frozenset[str]) -> int:
-    """Index of the first character of `move` at which no legal move continues (prefixes:
-    every prefix of every legal move); 0 when the move is a prefix of a legal one (the move
-    stops too early, so no single character is at fault).
-
-    >>> first_wrong("e1g1", frozenset({"e", "e1", "e1f", "e1f1"}))
-    2
-    """
-    return next((k for k in range(len(move)) if move[:k + 1] not in prefixes), 0)
-
-
-def prefixes_of(moves: frozenset[str]) -> frozenset[str]:
-    """Every non-empty prefix of every move."""
-    return frozenset(m[:k] for m in moves for k in range(1, len(m) + 1))
-
-
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
-                    min_std: float = 1e-4, prefix: bool = False,
-                    only_moves: bool = False) -> Tensor:
+                    min_std: float = 1e-4) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
     ends: each row's `token_ends`. A slot's advantage is (legal - mean) / max(std, min_std)
     over the rows of its group that have that slot (0 when they all agree); a slot only one
-    row of its group has keeps that row's sequence advantage. prefix: an illegal move's
-    characters before `first_wrong` get 0 instead. only_moves: the tokens of a P row with
-    the three fields that hold no move character get 0, not the sequence advantage."""
+    row of its group has keeps that row's sequence advantage."""
     out = seq_adv.float()[:, None].repeat(1, width)
     for g in range(0, len(texts), group):
         slots: dict[str, list[tuple[int, int, int, float]]] = {}
@@ -96,39 +72,24 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
             if fens[i] is None:
                 continue
             legal = legal_moves(fens[i])
-            starts = prefixes_of(legal) if prefix else frozenset()
-            spans = move_spans(texts[i])
-            if only_moves and spans:
-                keep = torch.zeros(width, dtype=torch.bool)
-                for _, a, b, _ in spans:
-                    keep[bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = True
-                out[i, ~keep] = 0.0
-            for slot, a, b, move in spans:
-                ok = move in legal
-                a0 = a if ok or not prefix else a + first_wrong(move, starts)
-                slots.setdefault(slot, []).append((i, a, b, a0, float(ok)))
+            for slot, a, b, move in move_spans(texts[i]):
+                slots.setdefault(slot, []).append((i, a, b, float(move in legal)))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
-            x = torch.tensor([r[4] for r in rows])
+            x = torch.tensor([r[3] for r in rows])
             std = x.std()  # unbiased, as the sequence advantages' (grpo.group_advantages)
             adv = torch.zeros_like(x) if float(std) == 0 else (x - x.mean()) / std.clamp_min(min_std)
-            for (i, a, b, a0, _), v in zip(rows, adv.tolist()):
-                # the tokens that hold characters a .. b-1; under prefix credit those
-                # holding only characters before a0 (a legal move's start) get 0
-                cut = bisect.bisect_right(ends[i], a0)
-                out[i, bisect.bisect_right(ends[i], a):cut] = 0.0
-                out[i, cut:bisect.bisect_left(ends[i], b) + 1] = v
+            for (i, a, b, _), v in zip(rows, adv.tolist()):
+                # the tokens that hold characters a .. b-1
+                out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v
     return out
 
 
 def rollout_advantages(seq_adv: Tensor, rows, texts: list[str], rollout, group: int, tokenizer,
-                       lengths: dict[int, int], mode: str = "moves") -> Tensor:
+                       lengths: dict[int, int]) -> Tensor:
     """The engine's call: a rollout's [N] sequence advantages -> [N, T] with move credit
-    (rows: its samples, one per completion; lengths: `token_ends`' cache; mode: moves |
-    prefix | only_moves), on its device."""
+    (rows: its samples, one per completion; lengths: `token_ends`' cache), on its device."""
     fens = [s.truth.fen if s.task == "P" else None for s in rows]
     ends = [token_ends(tokenizer, ids[:int(n)], lengths) if fen else [] for ids, n, fen in zip(
         rollout.completion_ids.tolist(), rollout.completion_mask.sum(-1).tolist(), fens)]
-    width = rollout.completion_ids.shape[1]
-    return move_advantages(seq_adv.cpu(), fens, texts, ends, group, width,
-                           prefix=mode == "prefix", only_moves=mode == "only_moves",
-                           ).to(seq_adv.device)
+    return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
+                           rollout.completion_ids.shape[1]).to(seq_adv.device)

@@ -131,8 +131,8 @@ class GRPOEngine:
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
-        loss_adv = adv if self.credit == "sequence" else credit.rollout_advantages(
-            adv, rows, texts, r, self.G, self.policy.tokenizer, self._token_lengths, self.credit)
+        loss_adv = adv if self.credit != "moves" else credit.rollout_advantages(
+            adv, rows, texts, r, self.G, self.policy.tokenizer, self._token_lengths)
         loss_mask = r.completion_mask.float()
         if self.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(

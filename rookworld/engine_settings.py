@@ -51,9 +51,7 @@ class EngineSettings:
     the model's matrix products on each device (`precision.autocast_dtype`);
     reference_device: where the frozen reference runs (None: with the policy); credit:
     sequence (every token its sequence's advantage) | moves (each P move's characters the
-    advantage of its own legality, `credit.move_advantages`) | prefix (moves, with an
-    illegal move's advantage from its first wrong character on) | only_moves (moves, every
-    other token of a P row 0)."""
+    advantage of its own legality, `credit.move_advantages`)."""
 
     num_generations: int
     total_steps: int
@@ -84,6 +82,5 @@ class EngineSettings:
             raise ValueError(f"micro_batch must be auto or an integer >= 0, got {mb!r}")
         if not (isinstance(tokens, int) and tokens >= 1):
             raise ValueError(f"micro_batch_tokens must be an integer >= 1, got {tokens!r}")
-        if self.credit not in ("sequence", "moves", "prefix", "only_moves"):
-            raise ValueError(
-                f"algorithm.credit must be sequence, moves, prefix or only_moves, got {self.credit!r}")
+        if self.credit not in ("sequence", "moves"):
+            raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
