@@ -6,7 +6,7 @@ hf backend: auto is bfloat16 autocast on a CUDA device with native bf16 (compute
 autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
 update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): auto and bf16 run
 its matrix products in bfloat16 (`products_dtype`, `forward_matmul.low_precision`; auto
-only on a CPU with native bf16), sampling, reference pass and update alike, so the ratio
+only on a CPU with native bf16, and bf16 is refused on any other CPU), sampling, reference pass and update alike, so the ratio
 starts at 1 without that pass; held-out evaluations stay float32. off: float32
 throughout. The reference runs at the policy's precision. Weights, optimiser state and the
 loss's log-softmax stay float32 in every case; only the matrix products run in bfloat16,
@@ -58,11 +58,17 @@ def cpu_has_native_bf16() -> bool:
 def products_dtype(setting: str, device) -> torch.dtype | None:
     """The dtype of fast_gpt2's matrix products (CPU) for `setting`: bf16 -> bfloat16;
     auto -> bfloat16 where the CPU has native bf16 (`cpu_has_native_bf16`); off, or any
-    other device -> None (float32)."""
+    other device -> None (float32). bf16 on a CPU without native bf16 raises ValueError."""
     if setting not in CHOICES:
         raise ValueError(f"autocast must be one of {' | '.join(CHOICES)}, got {setting!r}")
     if torch.device(device).type != "cpu" or setting == "off":
         return None
+    if setting == "bf16" and not cpu_has_native_bf16():
+        # oneDNN and MKL refuse bf16 products without AVX-512 and emulate them with it;
+        # torch.matmul emulates them at a few hundredths of float32's rate
+        raise ValueError("autocast=bf16 under backend=fast_gpt2 needs a CPU with native bf16 "
+                         "(AVX512-BF16 or AMX), which this one lacks: use autocast=auto or off "
+                         "(float32 here), or backend=hf")
     return torch.bfloat16 if setting == "bf16" or cpu_has_native_bf16() else None
 
 

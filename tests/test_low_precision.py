@@ -4,14 +4,27 @@ and gradients within bfloat16's rounding of the float32 ones, evaluations left i
 import pytest
 import torch
 
+from rookworld import precision
 from rookworld.config import compose
 from rookworld.forward_matmul import low_precision
 from rookworld.train import build_engine, build_parts
 from tests.test_engine import LengthReward
 
 pytestmark = pytest.mark.usefixtures("cpu_matmul")
+native = pytest.mark.skipif(not precision.cpu_has_native_bf16(),
+                            reason="bf16 products need a CPU with AVX512-BF16 or AMX")
 
 
+def test_bf16_is_refused_on_a_cpu_without_native_bf16_and_auto_keeps_float32(
+        tiny_overrides, monkeypatch):
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert precision.products_dtype("auto", "cpu") is None
+    cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16"])
+    with pytest.raises(ValueError, match="needs a CPU with native bf16.*autocast=auto or off"):
+        build_engine(cfg, build_parts(cfg), LengthReward())
+
+
+@native
 @pytest.mark.parametrize("gelu", [False, True])
 def test_products_run_in_bf16_and_hand_back_float32(gelu):
     from rookworld.forward_matmul import linear
@@ -27,6 +40,7 @@ def test_products_run_in_bf16_and_hand_back_float32(gelu):
     assert torch.allclose(low, exact, atol=0.05, rtol=0.02)
 
 
+@native
 def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_overrides):
     from rookworld import forward_matmul
     from rookworld.data_io import read_samples
@@ -54,6 +68,7 @@ def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_override
     assert torch.allclose(batch.rollout.logprobs[mask], low[mask], atol=0.01)
 
 
+@native
 def test_a_run_updates_in_bf16_and_evaluates_in_float32(tiny_overrides, tmp_path, monkeypatch):
     from rookworld import forward_matmul, train
     from rookworld.engine import GRPOEngine
