@@ -96,7 +96,6 @@ class GRPOEngine:
     def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
         rows = [s for s in samples for _ in range(self.G)]
         parts, temps = [], torch.ones(len(rows), device=self.device)
-        greedy = torch.arange(len(rows), device=self.device) % self.G < self.settings.greedy_rows
         budget = self.tape_budget  # shared by the tasks' tapes
         for salt, task in enumerate(sorted({s.task for s in rows})):
             idx = [i for i, s in enumerate(rows) if s.task == task]
@@ -104,8 +103,7 @@ class GRPOEngine:
             prompts = [self.policy.encode_prompt(rows[i].prompt) for i in idx]
             with precision.autocast(self.amp, self.device):
                 r = self.backend.sample(self.model, prompts, settings, self.policy.eos_id,
-                                        self._generator(step, salt), budget,
-                                        greedy[idx] if greedy.any() else None)
+                                        self._generator(step, salt), tape_budget=budget)
             # a task without its tape: no later one keeps one (the update uses all or none)
             budget = budget - sum(tape.nbytes for _, tape in r.tapes) if r.tapes else 0
             parts.append((idx, r))

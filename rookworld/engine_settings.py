@@ -51,9 +51,7 @@ class EngineSettings:
     the model's matrix products on each device (`precision.autocast_dtype`);
     reference_device: where the frozen reference runs (None: with the policy); credit:
     sequence (every token its sequence's advantage) | moves (each P move's characters the
-    advantage of its own legality, `credit.move_advantages`); greedy_rows: the first this
-    many rows of each group take the most likely token at every step instead of a sampled
-    one (0 = every row sampled)."""
+    advantage of its own legality, `credit.move_advantages`)."""
 
     num_generations: int
     total_steps: int
@@ -77,7 +75,6 @@ class EngineSettings:
     backend: str = "auto"
     autocast: str = "auto"
     reference_device: str | None = None
-    greedy_rows: int = 0
 
     def __post_init__(self):
         mb, tokens = self.micro_batch, self.micro_batch_tokens
@@ -85,8 +82,5 @@ class EngineSettings:
             raise ValueError(f"micro_batch must be auto or an integer >= 0, got {mb!r}")
         if not (isinstance(tokens, int) and tokens >= 1):
             raise ValueError(f"micro_batch_tokens must be an integer >= 1, got {tokens!r}")
-        if not 0 <= self.greedy_rows < self.num_generations:
-            raise ValueError(f"greedy_rows={self.greedy_rows} must be in [0, num_generations"
-                             f"={self.num_generations})")
         if self.credit not in ("sequence", "moves"):
             raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")

@@ -278,11 +278,9 @@ def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int, tape_b
 
 
 def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
-                  settings: SamplingSettings, eos_id: int, generator=None,
-                  greedy: Tensor | None = None):
+                  settings: SamplingSettings, eos_id: int, generator=None):
     """The token loop both samplers share: logits [N,V] of the first completion token;
-    forward_one(tokens [N], t) -> the next logits; greedy: rows [N] (bool) that take the
-    most likely token instead of a sampled one. Stops when every row has ended or at
+    forward_one(tokens [N], t) -> the next logits. Stops when every row has ended or at
     max_new_tokens. -> (tokens [N,T], their log-probs [N,T], ended [N], width, mask [N,w])."""
     n, t_max, device = logits.shape[0], settings.max_new_tokens, logits.device
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
@@ -291,7 +289,7 @@ def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
     length = torch.full((n,), t_max, dtype=torch.long, device=device)
     for t in range(t_max):
         banned = eos_id if t < settings.min_new_tokens else None
-        tok, logp = _choose(logits.float(), settings, generator, banned, greedy)
+        tok, logp = _choose(logits.float(), settings, generator, banned)
         tok = torch.where(done, eos_id, tok)
         out[:, t] = tok
         logps[:, t] = torch.where(done, 0.0, logp)
@@ -308,14 +306,13 @@ def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
 
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
-           generator: torch.Generator | None = None, tape_budget: int = 0,
-           greedy: Tensor | None = None) -> Rollout:
+           generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
     """Sample one completion per prompt (repeat prompts for G per group, rows of a
     group next to each other: their prompt is then run and stored once).
 
     prompts: N id lists (any lengths). tape_budget: keep the forward (`tape.Tape`, in
-    Rollout.tapes) when it takes at most this many bytes (0: never). greedy: rows [N]
-    (bool) decoded greedily (`decode_tokens`). Returns a `Rollout` on the model's device.
+    Rollout.tapes) when it takes at most this many bytes (0: never). Returns a `Rollout`
+    on the model's device.
     """
     check_gpt2(model)
     device = model.transformer.wte.weight.device
@@ -339,7 +336,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
         return out
 
     out, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings, eos_id,
-                                                       generator, greedy)
+                                                       generator)
     if tape is not None:
         assert tape.steps == width - 1, (tape.steps, width)
     return Rollout(prompt_ids, prompt_mask, out[:, :width], comp_mask,
@@ -351,11 +348,10 @@ class NonFiniteLogits(FloatingPointError):
     """The policy's logits hold inf or NaN: its weights diverged."""
 
 
-def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None = None,
-            greedy: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None = None
+            ) -> tuple[Tensor, Tensor]:
     """logits [N,V] -> (token [N], its log-prob [N] under logits / temperature before any
     filter: top-k, top-p, the `banned` id of min_new_tokens; as the update computes it).
-    Rows where `greedy` [N] holds take the most likely token.
     Raises NonFiniteLogits when torch refuses to sample inf/NaN logits (no normal-path cost)."""
     scaled = logits / s.temperature if s.temperature else logits
     logp_all = scaled.log_softmax(-1)
@@ -372,8 +368,6 @@ def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None =
             raise NonFiniteLogits("the policy's logits are not finite (inf or NaN): its "
                                   "weights diverged") from e
         raise
-    if greedy is not None:
-        tok = torch.where(greedy, scaled.argmax(-1), tok)
     return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
 
 

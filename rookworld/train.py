@@ -131,8 +131,7 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
         nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
         release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
         recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        backend=cfg.backend, autocast=cfg.autocast, reference_device=cfg.reference.get("device"),  # runs saved before it: none
-        greedy_rows=cfg.get("greedy_rows", 0))
+        backend=cfg.backend, autocast=cfg.autocast, reference_device=cfg.reference.get("device"))  # runs saved before it: none
     return GRPOEngine(policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
                       kl=p.kl, optim=p.optim, sampling=p.sampling, settings=settings,
                       dist=dist, anchor=p.anchor)

@@ -105,27 +105,6 @@ def test_sampling_logprobs_equal_teacher_forced_logprobs(policy):
     assert torch.allclose(lp * r.completion_mask, r.logprobs, atol=1e-5)
 
 
-def test_greedy_rows_decode_as_temperature_zero_with_the_runs_logprobs(policy):
-    """A row marked greedy takes the most likely token at every step (temperature 0's
-    completion), and its log-probs are those the update computes at the run's temperature."""
-    ps = prompts(policy)
-    greedy = torch.tensor([True, False, True])
-    s = SamplingSettings(temperature=0.7, max_new_tokens=16)
-    r = sample(policy.model, ps, s, policy.eos_id, torch.Generator().manual_seed(0),
-               greedy=greedy)
-    g = sample(policy.model, ps, SamplingSettings(temperature=0, max_new_tokens=16),
-               policy.eos_id)
-    for i in (0, 2):
-        n = int(g.completion_mask[i].sum())
-        assert int(r.completion_mask[i].sum()) == n
-        assert r.completion_ids[i, :n].tolist() == g.completion_ids[i, :n].tolist()
-    logits = completion_logits(policy.model, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                               r.completion_mask, temperature=0.7)
-    lp = logits.log_softmax(-1).gather(-1, r.completion_ids[..., None]).squeeze(-1)
-    assert torch.allclose(lp * r.completion_mask, r.logprobs, atol=1e-5)
-    assert not torch.allclose(r.logprobs[0], g.logprobs[0])  # not temperature 0's
-
-
 def test_same_seed_same_samples_and_min_new_tokens(policy):
     s = SamplingSettings(temperature=1.0, max_new_tokens=8, min_new_tokens=8)
     a = sample(policy.model, prompts(policy), s, policy.eos_id, torch.Generator().manual_seed(3))

@@ -33,11 +33,9 @@ class Backend(Protocol):
     uses_tape: bool
 
     def sample(self, model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
-               generator: torch.Generator | None = None, tape_budget: int = 0,
-               greedy: Tensor | None = None) -> Rollout:
+               generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
         """One completion per prompt (N id lists, left-padded to
-        settings.pad_to_multiple_of with eos_id), rows of a group next to each other;
-        the rows where greedy [N] (bool) holds decoded greedily."""
+        settings.pad_to_multiple_of with eos_id), rows of a group next to each other."""
 
     def logprobs(self, model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                  temperature: Tensor, micro_batch: int = 0) -> Tensor:

@@ -13,9 +13,8 @@ class FastGPT2:
     name = "fast_gpt2"
     uses_tape = True
 
-    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0,
-               greedy=None):
-        return sample(model, prompts, settings, eos_id, generator, tape_budget, greedy)
+    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0):
+        return sample(model, prompts, settings, eos_id, generator, tape_budget=tape_budget)
 
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, temperature,
                  micro_batch=0):

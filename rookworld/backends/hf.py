@@ -80,8 +80,7 @@ class HFBackend:
         return chunked(fn, rows, prompt_ids, prompt_mask, completion_ids, temperature)
 
     @torch.no_grad()
-    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0,
-               greedy=None):
+    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0):
         device = next(model.parameters()).device
         prompt_ids, prompt_mask = (x.to(device) for x in left_pad(
             prompts, eos_id, settings.pad_to_multiple_of))
@@ -105,6 +104,6 @@ class HFBackend:
             return out.logits[:, -1]
 
         toks, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings,
-                                                            eos_id, generator, greedy)
+                                                            eos_id, generator)
         return Rollout(prompt_ids, prompt_mask, toks[:, :width], comp_mask,
                        logps[:, :width] * comp_mask, ~done)
