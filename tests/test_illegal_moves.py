@@ -8,11 +8,15 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "illegal_moves.py"
 
 
-def _kind():
+def _module():
     spec = importlib.util.spec_from_file_location("illegal_moves", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.kind
+    return module
+
+
+def _kind():
+    return _module().kind
 
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
@@ -26,10 +30,19 @@ PIN = "4k3/4r3/8/8/8/8/4B3/4K3 w - - 0 1"  # the white bishop on e2 is pinned to
     (START, "f1c4", "not a move of that piece"),  # a blocked diagonal
     (START, "e1g1", "not a move of that piece"),  # castling through pieces
     ("4k3/8/8/8/8/8/3r4/4K3 w - - 0 1", "e1e2", "king steps into check"),
-    (PIN, "e2d3", "leaves the king in check"),
-    ("4k3/8/8/8/8/8/8/R3K2r w - - 0 1", "a1a2", "leaves the king in check"),  # check not met
+    (PIN, "e2d3", "moves a pinned piece"),
+    ("4k3/8/8/8/8/8/8/R3K2r w - - 0 1", "a1a2", "does not answer a check"),
     (START, "", "no best move"),
     (START, "e2", "no best move"),
 ])
 def test_each_best_move_is_sorted_into_its_kind(fen, best, kind):
     assert _kind()(fen, best) == kind
+
+
+@pytest.mark.parametrize("fen, kind", [
+    ("4k3/8/8/8/8/8/8/R3K2r w - - 0 1", "in check"),
+    ("7k/8/8/8/8/8/6PP/7K w - - 0 1", "not in check, <= 5 legal moves"),  # g3 g4 h3 h4 Kg1
+    (START, "the rest"),
+])
+def test_each_position_is_sorted_into_its_kind(fen, kind):
+    assert _module().position(fen) == kind
