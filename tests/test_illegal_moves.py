@@ -46,3 +46,19 @@ def test_each_best_move_is_sorted_into_its_kind(fen, best, kind):
 ])
 def test_each_position_is_sorted_into_its_kind(fen, kind):
     assert _module().position(fen) == kind
+
+
+def test_the_script_prints_kinds_positions_and_what_a_group_holds(monkeypatch, capsys):
+    """The shipped model on 4 held-out P samples, 2 sampled completions each: every table
+    accounts for the 4 positions."""
+    module = _module()
+    monkeypatch.setattr("sys.argv", ["illegal_moves.py", "--samples", "4", "--group", "2"])
+    module.main()
+    lines = capsys.readouterr().out.splitlines()
+    kinds = [line for line in lines if line.split(" | ")[0][2:] in module.KINDS]
+    assert sum(int(line.split(" | ")[1].rstrip(" |")) for line in kinds) == 4
+    rows = [line for line in lines if line.split(" | ")[0][2:] in module.POSITIONS]
+    assert len(rows) == 2 * len(module.POSITIONS)
+    assert sum(int(r.split(" | ")[1].split(" / ")[1].rstrip(" |")) for r in rows[:3]) == 4
+    assert sum(int(r.split(" | ")[1].split("; ")[1].split(" / ")[1].rstrip(" |"))
+               for r in rows[3:]) == 4

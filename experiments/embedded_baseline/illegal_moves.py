@@ -84,11 +84,12 @@ def count(model: str, samples: int, group: int = 0) -> tuple[Counter, ...]:
         import torch
 
         from rookworld.sampling import sample
-        settings = instantiate(cfg.sampler)["P"]
-        prompts = [policy.encode_prompt(s.prompt) for s in held for _ in range(group)]
-        r = sample(policy.model, prompts, settings, policy.eos_id,
-                   torch.Generator().manual_seed(0))
-        texts = policy.decode_completions(r.completion_ids, r.completion_mask)
+        settings, gen, texts = instantiate(cfg.sampler)["P"], torch.Generator().manual_seed(0), []
+        for i in range(0, len(held), 16):  # 16 positions x group rows a batch
+            prompts = [policy.encode_prompt(s.prompt) for s in held[i:i + 16]
+                       for _ in range(group)]
+            r = sample(policy.model, prompts, settings, policy.eos_id, gen)
+            texts += policy.decode_completions(r.completion_ids, r.completion_mask)
         legal = [kind(held[i // group].truth.fen, parse_policy(t).best) == "legal"
                  for i, t in enumerate(texts)]
         out += (Counter(w for w, ok in zip((w for w in where for _ in range(group)), legal)
@@ -110,7 +111,7 @@ def main() -> None:
     print("| kind | " + " | ".join(models) + " |")
     print("|---|" + "---|" * len(models))
     for k in KINDS:
-        print(f"| {k} | " + " | ".join(str(c[k]) for c, _, _ in counts) + " |")
+        print(f"| {k} | " + " | ".join(str(c[0][k]) for c in counts) + " |")
     print("\n| position (legal best moves / positions) | " + " | ".join(models) + " |")
     print("|---|" + "---|" * len(models))
     for p in POSITIONS:
@@ -121,7 +122,8 @@ def main() -> None:
         print("|---|" + "---|" * len(models))
         for p in POSITIONS:
             print(f"| {p} | " + " | ".join(
-                f"{c[3][p] / (args.group * c[1][p]):.3f}; {c[4][p]} / {c[1][p]}" for c in counts)
+                f"{c[3][p] / (args.group * c[1][p]) if c[1][p] else 0:.3f}; {c[4][p]} / {c[1][p]}"
+                for c in counts)
                 + " |")
 
 
