@@ -1,7 +1,9 @@
 """Shared pytest setup.
 
 Hypothesis profiles: "dev" (default, 200 examples per property, fast enough
-for every run) and "ci" (5,000 examples, no deadline): select with
+for every run) and "ci" (1,000 examples, no deadline: the property tests
+of test_engine, test_fuzz and test_rewards_properties take 2 min 43 s on a 2-core AMD
+EPYC, against 10 min 53 s at 5,000, which put CI over 20 minutes): select with
 HYPOTHESIS_PROFILE=ci.
 """
 
@@ -10,7 +12,7 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=200, deadline=None)
-settings.register_profile("ci", max_examples=5000, deadline=None,
+settings.register_profile("ci", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
