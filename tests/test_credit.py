@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from rookworld import credit
+from rookworld.chess_tasks.policy import policy_sample
 from rookworld.config import compose
 from rookworld.grpo import PolicyLoss
-from rookworld.chess_tasks.policy import policy_sample
 from rookworld.model import build_char_tokenizer
 from rookworld.sampling import Rollout
 from rookworld.train import build_engine, build_parts

@@ -2,7 +2,9 @@
 
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import chess
 import pytest
@@ -115,3 +117,34 @@ def test_evaluate_move_outside_top_lines():
         other = ({"a1a8", "e1e8"} - {top}).pop()
         assert p.evaluate_move(two_mates, other) == pytest.approx(999.99)  # mate given
         assert p.evaluate_move(queen_hang, "d2d7") < -5  # mover's view: lost
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User plus system CPU clock ticks the process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_engine_pool_survives_a_process_killed_mid_analysis():
+    from rookworld.chess_tasks.engine import EnginePool, find_engine
+    try:
+        find_engine()
+    except FileNotFoundError:
+        pytest.skip("no stockfish installed")
+    fen = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
+    with EnginePool(processes=1, depth=14) as reference:
+        expected = reference.analyse(fen)
+    with EnginePool(processes=1, depth=14) as pool:
+        victim, got = pool.pids()[0], {}
+        idle = _cpu_ticks(victim)
+        worker = threading.Thread(target=lambda: got.update(a=pool.analyse(fen)))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while _cpu_ticks(victim) == idle and time.monotonic() < deadline:
+            time.sleep(0.005)  # kill once the engine is searching, however fast the host
+        assert worker.is_alive(), "the analysis finished before the kill: raise the depth"
+        os.kill(victim, signal.SIGKILL)
+        worker.join(120)
+        assert got["a"] == expected  # retried on a fresh process, same label
+        assert pool.restarts == 1 and pool.pids()[0] != victim
+        assert pool.analyse(fen) is got["a"]  # and cached
