@@ -26,7 +26,8 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_faults import CORRUPTIONS, children, running  # noqa: E402 - the tests' damage kinds
+from test_faults_checkpoint import CORRUPTIONS  # noqa: E402 - the tests' damage kinds
+from test_faults_processes import children, running  # noqa: E402
 
 from rookworld.checkpoint import MetricsFile, latest_checkpoint  # noqa: E402
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
+from test_faults_checkpoint import CORRUPTIONS
 
 from rookworld.checkpoint import LATEST, CheckpointError, MetricsFile, latest_checkpoint
 from rookworld.config import compose
 from rookworld.train import build_engine, build_parts, resolve_resume, run
-from tests.test_faults_checkpoint import CORRUPTIONS
 
 # State that a resume must restore: Adam moments and a large lr (weights move a lot),
 # a cosine schedule (scheduler state), the adaptive KL controller (its coefficient)

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_faults import STATEFUL, _done_steps, _env, _train, assert_same_run
 
 from rookworld.checkpoint import latest_checkpoint
 from rookworld.config import ConfigError, compose
 from rookworld.train import run
-from tests.test_faults import STATEFUL, _done_steps, _env, _train, assert_same_run
 
 
 def test_a_kl_failure_exits_with_its_own_code(tiny_overrides, tmp_path):
