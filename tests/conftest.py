@@ -3,7 +3,7 @@
 Hypothesis profiles: "dev" (default, 200 examples per property, fast enough
 for every run) and "ci" (1,000 examples, no deadline: the property tests
 of test_engine, test_fuzz and test_rewards_properties take 2 min 43 s on a 2-core AMD
-EPYC, against 10 min 53 s at 5,000, which put CI over 20 minutes): select with
+EPYC, against 10 min 53 s at 5,000, too slow for CI's 20-minute aim): select with
 HYPOTHESIS_PROFILE=ci.
 """
 
