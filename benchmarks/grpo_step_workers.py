@@ -27,6 +27,7 @@ from rookworld.memory import peak_rss_mb
 
 PHASES = ("sample_s", "score_s", "ref_s", "update_s")
 
+
 def overrides(a) -> list[str]:
     """The `python -m rookworld.train` overrides for this benchmark's step."""
     return ["model=tiny_random", f"model.n_layer={a.n_layer}", f"model.n_embd={a.n_embd}",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from test_sweeps import SEARCH  # the sweep's config group, as the unit tests compose it
 
 from rookworld.sweeps import report
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SEARCH = "hparams_search=grpo_stability"
 
 
 # ---- sweeps end to end -------------------------------------------------------------------
