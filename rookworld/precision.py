@@ -4,9 +4,10 @@ contexts that apply it.
 hf backend: auto is bfloat16 autocast on a CUDA device with native bf16 (compute capability
 8+), float32 elsewhere; bf16 is bfloat16 autocast on every device, CPU included. Under
 autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
-update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): auto and bf16 run
-its matrix products in bfloat16 on a CPU with native bf16 (`products_dtype`,
-`forward_matmul.low_precision`; elsewhere auto keeps float32 and bf16 is refused),
+update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): bf16 runs its
+matrix products in bfloat16 on a CPU with native bf16 and is refused elsewhere; auto does
+so only where bf16 products beat float32 (`cpu_bf16_is_faster`) and keeps float32 elsewhere
+(`products_dtype`, `forward_matmul.low_precision`),
 sampling, reference pass and update alike, so the ratio starts at 1 without that pass;
 held-out evaluations stay float32. off: float32
 throughout. The reference runs at the policy's precision. Weights, optimiser state and the
@@ -51,15 +52,28 @@ def cpuinfo(field: str) -> str:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16): there bf16
-    products run at over twice float32's rate; elsewhere torch emulates them, slower."""
+    """Whether this CPU has bfloat16 product instructions (AVX512-BF16 or AMX-BF16);
+    elsewhere torch emulates them, far slower. Having them does not make bf16 products
+    faster than float32 (`cpu_bf16_is_faster`)."""
     return bool(set(cpuinfo("flags").split()) & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_bf16_is_faster() -> bool:
+    """Whether bf16 products beat float32 on this CPU, by a fixed rule (a timing at start-up
+    could choose differently for the same seed under load): AMX-BF16, or AVX512-BF16 on a
+    CPU that is not Intel's: an AMD EPYC with AVX512-BF16 runs bf16 products at over twice
+    float32's rate, an Intel Xeon with AVX512-BF16 and no AMX at under three quarters of it
+    (benchmarks/README.md, section The main job: bf16 products)."""
+    flags = set(cpuinfo("flags").split())
+    if "amx_bf16" in flags:
+        return True
+    return "avx512_bf16" in flags and cpuinfo("vendor_id") != "GenuineIntel"
 
 
 def products_dtype(setting: str, device) -> torch.dtype | None:
     """The dtype of fast_gpt2's matrix products (CPU) for `setting`: bf16 -> bfloat16;
-    auto -> bfloat16 where the CPU has native bf16 (`cpu_has_native_bf16`); off, or any
-    other device -> None (float32). bf16 on a CPU without native bf16 raises ValueError."""
+    auto -> bfloat16 where bf16 products are the faster (`cpu_bf16_is_faster`); off, or
+    any other device -> None (float32). bf16 on a CPU without native bf16 raises ValueError."""
     if setting not in CHOICES:
         raise ValueError(f"autocast must be one of {' | '.join(CHOICES)}, got {setting!r}")
     if torch.device(device).type != "cpu" or setting == "off":
@@ -71,7 +85,7 @@ def products_dtype(setting: str, device) -> torch.dtype | None:
         raise ValueError("autocast=bf16 under backend=fast_gpt2 needs a CPU with native bf16 "
                          "(AVX512-BF16 or AMX), which this one lacks: use autocast=auto or off "
                          "(float32 here), or backend=hf")
-    return torch.bfloat16 if native else None
+    return torch.bfloat16 if native and (setting == "bf16" or cpu_bf16_is_faster()) else None
 
 
 def autocast(dtype: torch.dtype | None, device):

@@ -24,6 +24,21 @@ def test_bf16_is_refused_on_a_cpu_without_native_bf16_and_auto_keeps_float32(
         build_engine(cfg, build_parts(cfg), LengthReward())
 
 
+@pytest.mark.parametrize("vendor, flags, auto", [
+    ("AuthenticAMD", "avx2 avx512f avx512_bf16", torch.bfloat16),  # bf16 over twice as fast
+    ("GenuineIntel", "avx2 avx512f avx512_bf16", None),  # slower than float32 without AMX
+    ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", torch.bfloat16),
+    ("AuthenticAMD", "avx2 fma", None),  # no bf16 instructions: emulated
+])
+def test_auto_takes_bf16_products_only_where_they_beat_float32(monkeypatch, vendor, flags, auto):
+    info = {"vendor_id": vendor, "flags": flags}
+    monkeypatch.setattr(precision, "cpuinfo", lambda field: info.get(field, ""))
+    assert precision.products_dtype("auto", "cpu") == auto
+    assert precision.products_dtype("off", "cpu") is None
+    if "bf16" in flags:  # asked for, bf16 runs wherever the instructions exist
+        assert precision.products_dtype("bf16", "cpu") == torch.bfloat16
+
+
 @native
 @pytest.mark.parametrize("gelu", [False, True])
 def test_products_run_in_bf16_and_hand_back_float32(gelu):
