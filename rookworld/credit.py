@@ -20,6 +20,7 @@ from torch import Tensor
 from .chess_tasks.policy import field_starts
 from .rewards.parts import legal_moves
 
+
 def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
     """(slot, start, end, move text) of each listed move ("M0", "M1", ...) and of the best
     move ("B") in a P completion, as character offsets; [] without the M:/E:/B: fields.

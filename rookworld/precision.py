@@ -62,8 +62,9 @@ def cpu_bf16_is_faster() -> bool:
     """Whether bf16 products beat float32 on this CPU, by a fixed rule (a timing at start-up
     could choose differently for the same seed under load): AMX-BF16, or AVX512-BF16 on a
     CPU that is not Intel's: an AMD EPYC with AVX512-BF16 runs bf16 products at over twice
-    float32's rate, an Intel Xeon with AVX512-BF16 and no AMX at under three quarters of it
-    (benchmarks/README.md, section The main job: bf16 products)."""
+    float32's rate, an Intel Xeon with AVX512-BF16 and no AMX at about half of it
+    (benchmarks/README.md, section The main job: bf16 products). AMX, Intel's bf16 tile
+    unit, is taken on its design: no host with it has been measured."""
     flags = set(cpuinfo("flags").split())
     if "amx_bf16" in flags:
         return True

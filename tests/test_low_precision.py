@@ -27,7 +27,7 @@ def test_bf16_is_refused_on_a_cpu_without_native_bf16_and_auto_keeps_float32(
 @pytest.mark.parametrize("vendor, flags, auto", [
     ("AuthenticAMD", "avx2 avx512f avx512_bf16", torch.bfloat16),  # bf16 over twice as fast
     ("GenuineIntel", "avx2 avx512f avx512_bf16", None),  # slower than float32 without AMX
-    ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", torch.bfloat16),
+    ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", torch.bfloat16),  # AMX tiles
     ("AuthenticAMD", "avx2 fma", None),  # no bf16 instructions: emulated
 ])
 def test_auto_takes_bf16_products_only_where_they_beat_float32(monkeypatch, vendor, flags, auto):
