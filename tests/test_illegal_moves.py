@@ -62,3 +62,23 @@ def test_the_script_prints_kinds_positions_and_what_a_group_holds(monkeypatch, c
     assert sum(int(r.split(" | ")[1].split(" / ")[1].rstrip(" |")) for r in rows[:3]) == 4
     assert sum(int(r.split(" | ")[1].split("; ")[1].split(" / ")[1].rstrip(" |"))
                for r in rows[3:]) == 4
+
+
+def test_data_names_the_file_whose_p_samples_are_sorted(monkeypatch, capsys, tmp_path):
+    """--data: a file of 3 P samples (and one A) gives tables over those 3 positions, not
+    over the held-out split's --samples."""
+    import gzip
+    import json
+
+    from rookworld.config import pkg_data
+
+    rows = [json.loads(line) for line in gzip.open(pkg_data("eval.jsonl.gz"), "rt")]
+    picked = [r for r in rows if r["task"] == "P"][:3] + [r for r in rows if r["task"] == "A"][:1]
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    module = _module()
+    monkeypatch.setattr("sys.argv", ["illegal_moves.py", "--samples", "10", "--data", str(data)])
+    module.main()
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.split(" | ")[0][2:] in module.POSITIONS]
+    assert sum(int(r.split(" | ")[1].split(" / ")[1].rstrip(" |")) for r in rows) == 3

@@ -1,7 +1,9 @@
-"""Why a model's P best move is illegal: its greedy answers on the held-out P samples, each
-best move sorted into one kind, and how often it is legal in each kind of position.
+"""Why a model's P best move is illegal: its greedy answers on the held-out P samples (or
+another file's, --data), each best move sorted into one kind, and how often it is legal in
+each kind of position.
 
     python experiments/embedded_baseline/illegal_moves.py [MODEL ...] [--samples N] [--group G]
+        [--data FILE]
 
 MODEL: `shipped` (the default) or a model directory in the embedded layout (a run's
 checkpoints/step-N/model). Kinds, for a best move that parses as UCI:
@@ -61,7 +63,8 @@ def position(fen: str) -> str:
     return POSITIONS[1] if board.legal_moves.count() <= FEW else POSITIONS[2]
 
 
-def count(model: str, samples: int, group: int = 0) -> tuple[Counter, ...]:
+def count(model: str, samples: int, group: int = 0, data: str | None = None
+          ) -> tuple[Counter, ...]:
     """-> (best moves per kind, positions per kind, legal best moves per kind of position;
     with group > 0 also sampled legal best moves and positions with one, per kind)."""
     from rookworld import runtime
@@ -73,7 +76,7 @@ def count(model: str, samples: int, group: int = 0) -> tuple[Counter, ...]:
 
     runtime.setup()
     cfg = compose([])
-    held = [s for s in read_samples(cfg.data.eval) if s.task == "P"][:samples]
+    held = [s for s in read_samples(data or cfg.data.eval) if s.task == "P"][:samples]
     policy = load_embedded(None if model == "shipped" else model)
     texts = Evaluator(held, instantiate(cfg.sampler)).completions(policy, "P")
     kinds = [kind(s.truth.fen, parse_policy(t).best) for s, t in zip(held, texts)]
@@ -102,12 +105,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*", default=["shipped"],
                     help="`shipped` or model directories (default: shipped)")
-    ap.add_argument("--samples", type=int, default=500, help="held-out P samples (default 500)")
+    ap.add_argument("--samples", type=int, default=500, help="P samples (default 500)")
+    ap.add_argument("--data", default=None,
+                    help="samples file (default: the held-out split, data.eval)")
     ap.add_argument("--group", type=int, default=0,
                     help="completions sampled per position (default 0: none)")
     args = ap.parse_args()
     models = args.models
-    counts = [count(m, args.samples, args.group) for m in models]
+    counts = [count(m, args.samples, args.group, args.data) for m in models]
     print("| kind | " + " | ".join(models) + " |")
     print("|---|" + "---|" * len(models))
     for k in KINDS:
