@@ -7,7 +7,9 @@ EPYC, against 10 min 53 s at 5,000, too slow for CI's 20-minute aim): select wit
 HYPOTHESIS_PROFILE=ci.
 """
 
+import importlib.util
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -89,3 +91,17 @@ def cpu_matmul(request, monkeypatch):
     monkeypatch.setattr(forward_matmul, "CPU_MATMUL", request.param)
     monkeypatch.setattr(forward_matmul, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
     return request.param
+
+
+@pytest.fixture(scope="session")
+def experiment_script():
+    """Loads a script under experiments/ as a module: experiment_script("learning/trl_arm.py")."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+
+    def load(relative: str):
+        path = root / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

@@ -1,21 +1,13 @@
 """The check probe's parts: its residual stream is the model's own, its scores are right on
 known inputs, and its probe separates what is separable."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "check_probe.py"
-
 
 @pytest.fixture(scope="module")
-def probe():
-    spec = importlib.util.spec_from_file_location("check_probe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe(experiment_script):
+    return experiment_script("embedded_baseline/check_probe.py")
 
 
 def test_last_residual_gives_the_models_own_next_token_logits(probe):

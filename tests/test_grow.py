@@ -1,20 +1,12 @@
 """Growing a model deeper keeps its function: the embedded-baseline experiment's grow.py."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "grow.py"
-
 
 @pytest.fixture(scope="module")
-def grow():
-    spec = importlib.util.spec_from_file_location("grow", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.grow
+def grow(experiment_script):
+    return experiment_script("embedded_baseline/grow.py").grow
 
 
 def test_grown_model_gives_the_same_logits_and_survives_a_save(grow, tmp_path):

@@ -1,22 +1,11 @@
 """The embedded-baseline experiment's sorting of illegal best moves: one position per kind."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "illegal_moves.py"
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("illegal_moves", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _kind():
-    return _module().kind
+@pytest.fixture(scope="module")
+def script(experiment_script):
+    return experiment_script("embedded_baseline/illegal_moves.py")
 
 
 START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
@@ -35,8 +24,8 @@ PIN = "4k3/4r3/8/8/8/8/4B3/4K3 w - - 0 1"  # the white bishop on e2 is pinned to
     (START, "", "no best move"),
     (START, "e2", "no best move"),
 ])
-def test_each_best_move_is_sorted_into_its_kind(fen, best, kind):
-    assert _kind()(fen, best) == kind
+def test_each_best_move_is_sorted_into_its_kind(script, fen, best, kind):
+    assert script.kind(fen, best) == kind
 
 
 @pytest.mark.parametrize("fen, kind", [
@@ -44,27 +33,27 @@ def test_each_best_move_is_sorted_into_its_kind(fen, best, kind):
     ("7k/8/8/8/8/8/6PP/7K w - - 0 1", "not in check, <= 5 legal moves"),  # g3 g4 h3 h4 Kg1
     (START, "the rest"),
 ])
-def test_each_position_is_sorted_into_its_kind(fen, kind):
-    assert _module().position(fen) == kind
+def test_each_position_is_sorted_into_its_kind(script, fen, kind):
+    assert script.position(fen) == kind
 
 
-def test_the_script_prints_kinds_positions_and_what_a_group_holds(monkeypatch, capsys):
+def test_the_script_prints_kinds_positions_and_what_a_group_holds(script, monkeypatch, capsys):
     """The shipped model on 4 held-out P samples, 2 sampled completions each: every table
     accounts for the 4 positions."""
-    module = _module()
     monkeypatch.setattr("sys.argv", ["illegal_moves.py", "--samples", "4", "--group", "2"])
-    module.main()
+    script.main()
     lines = capsys.readouterr().out.splitlines()
-    kinds = [line for line in lines if line.split(" | ")[0][2:] in module.KINDS]
+    kinds = [line for line in lines if line.split(" | ")[0][2:] in script.KINDS]
     assert sum(int(line.split(" | ")[1].rstrip(" |")) for line in kinds) == 4
-    rows = [line for line in lines if line.split(" | ")[0][2:] in module.POSITIONS]
-    assert len(rows) == 2 * len(module.POSITIONS)
+    rows = [line for line in lines if line.split(" | ")[0][2:] in script.POSITIONS]
+    assert len(rows) == 2 * len(script.POSITIONS)
     assert sum(int(r.split(" | ")[1].split(" / ")[1].rstrip(" |")) for r in rows[:3]) == 4
     assert sum(int(r.split(" | ")[1].split("; ")[1].split(" / ")[1].rstrip(" |"))
                for r in rows[3:]) == 4
 
 
-def test_data_names_the_file_whose_p_samples_are_sorted(monkeypatch, capsys, tmp_path):
+def test_data_names_the_file_whose_p_samples_are_sorted(script, monkeypatch, capsys,
+                                                         tmp_path):
     """--data: a file of 3 P samples (and one A) gives tables over those 3 positions, not
     over the held-out split's --samples."""
     import gzip
@@ -76,9 +65,8 @@ def test_data_names_the_file_whose_p_samples_are_sorted(monkeypatch, capsys, tmp
     picked = [r for r in rows if r["task"] == "P"][:3] + [r for r in rows if r["task"] == "A"][:1]
     data = tmp_path / "three.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in picked))
-    module = _module()
     monkeypatch.setattr("sys.argv", ["illegal_moves.py", "--samples", "10", "--data", str(data)])
-    module.main()
+    script.main()
     rows = [line for line in capsys.readouterr().out.splitlines()
-            if line.split(" | ")[0][2:] in module.POSITIONS]
+            if line.split(" | ")[0][2:] in script.POSITIONS]
     assert sum(int(r.split(" | ")[1].split(" / ")[1].rstrip(" |")) for r in rows) == 3

@@ -1,9 +1,6 @@
 """The learning study's TRL arm samples from the model it trains: transformers' generate on
 the wrapped GPT-2 gives rookworld's own greedy completions for left-padded prompts."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
 from rookworld.config import compose, instantiate
@@ -11,17 +8,8 @@ from rookworld.data_io import read_samples
 from rookworld.evaluation import Evaluator
 from rookworld.model import EMBEDDED_DIR, load_embedded
 
-ARM = Path(__file__).resolve().parents[1] / "experiments" / "learning" / "trl_arm.py"
 
-
-def _arm():
-    spec = importlib.util.spec_from_file_location("trl_arm", ARM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_wrapped_generate_matches_rookworld_greedy_under_left_padding():
+def test_wrapped_generate_matches_rookworld_greedy_under_left_padding(experiment_script):
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     cfg = compose([])
@@ -32,7 +20,7 @@ def test_wrapped_generate_matches_rookworld_greedy_under_left_padding():
     tok.padding_side = "left"
     enc = tok([s.prompt for s in samples], return_tensors="pt", padding=True)
     assert len(set(enc["attention_mask"].sum(1).tolist())) > 1  # the batch is padded
-    _arm().derive_positions(model)
+    experiment_script("learning/trl_arm.py").derive_positions(model)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=150, do_sample=False,
                              pad_token_id=tok.pad_token_id)
