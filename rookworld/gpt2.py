@@ -161,10 +161,13 @@ class GPT2LMHeadModel(nn.Module):
         return self
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                position_ids: Tensor | None = None, use_cache: bool = False):
-        """Plain causal forward (pretraining, tests): returns an object with .logits
-        [N,S,V]. Positions count from the mask's first 1 when a mask is given (left
-        padding); every query also sees itself, so a padding row gives finite values."""
+                position_ids: Tensor | None = None, use_cache: bool = False,
+                return_residuals: bool = False):
+        """Plain causal forward (pretraining, tests, probes): returns an object with .logits
+        [N,S,V], and with return_residuals also .residuals, n_layer + 1 tensors [N,S,C]: the
+        residual stream after the embeddings and after each block, before the final layer
+        norm. Positions count from the mask's first 1 when a mask is given (left padding);
+        every query also sees itself, so a padding row gives finite values."""
         n, s = input_ids.shape
         dev = input_ids.device
         allowed = None  # no mask: SDPA's causal kernel (right-padded batches need no mask)
@@ -178,6 +181,7 @@ class GPT2LMHeadModel(nn.Module):
             position_ids = torch.arange(s, device=dev).expand(n, s)
         tr, c = self.transformer, self.config.n_embd
         x = tr.wte(input_ids) + tr.wpe(position_ids)
+        residuals = [x]
         for blk in tr.h:
             h = blk.attn.c_attn(blk.ln_1(x))
             q, k, v = h.view(n, s, 3, blk.attn.num_heads, -1).permute(2, 0, 3, 1, 4)
@@ -185,7 +189,11 @@ class GPT2LMHeadModel(nn.Module):
                                                  is_causal=allowed is None)
             x = x + blk.attn.c_proj(att.transpose(1, 2).reshape(n, s, c))
             x = x + blk.mlp.c_proj(F.gelu(blk.mlp.c_fc(blk.ln_2(x)), approximate="tanh"))
-        return SimpleNamespace(logits=self.lm_head(tr.ln_f(x)))
+            residuals.append(x)
+        out = SimpleNamespace(logits=self.lm_head(tr.ln_f(x)))
+        if return_residuals:
+            out.residuals = residuals
+        return out
 
     # ------------------------------------------------------------- hub layout
     def save_pretrained(self, directory: str | Path, safe_serialization: bool = True) -> None:

@@ -23,25 +23,18 @@ import torch.nn.functional as F
 
 
 @torch.no_grad()
-def residuals(model, ids: list[list[int]]) -> torch.Tensor:
+def residuals(model, ids: list[list[int]], batch: int = 256) -> torch.Tensor:
     """[N, n_layer + 1, n_embd]: the residual stream at each prompt's last token, after the
-    embeddings and after each block (the GPT-2 forward of rookworld.gpt2, one prompt at a
-    time, so no padding enters)."""
-    tr, out = model.transformer, []
-    for row in ids:
-        x = torch.tensor([row])
-        s, c = x.shape[1], model.config.n_embd
-        x = tr.wte(x) + tr.wpe(torch.arange(s)[None])
-        states = [x[0, -1]]
-        for blk in tr.h:
-            q, k, v = blk.attn.c_attn(blk.ln_1(x)).view(1, s, 3, blk.attn.num_heads, -1
-                                                         ).permute(2, 0, 3, 1, 4)
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + blk.attn.c_proj(att.transpose(1, 2).reshape(1, s, c))
-            x = x + blk.mlp.c_proj(F.gelu(blk.mlp.c_fc(blk.ln_2(x)), approximate="tanh"))
-            states.append(x[0, -1])
-        out.append(torch.stack(states))
-    return torch.stack(out)
+    embeddings and after each block (rookworld.gpt2's forward, prompts left-padded)."""
+    out = []
+    for start in range(0, len(ids), batch):
+        rows = ids[start:start + batch]
+        width = max(map(len, rows))
+        input_ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        states = model(input_ids, attention_mask=mask, return_residuals=True).residuals
+        out.append(torch.stack([x[:, -1] for x in states], dim=1))
+    return torch.cat(out)
 
 
 def fit(x: torch.Tensor, y: torch.Tensor, steps: int = 500, l2: float = 1e-3) -> torch.nn.Linear:
@@ -104,7 +97,7 @@ def main() -> None:
     cfg = compose([])
     split = {name: [s for s in read_samples(path) if s.task == "P"][:n] for name, path, n in
              (("train", cfg.data.train, args.train), ("test", cfg.data.eval, args.test))}
-    boards = {k: [chess.Board(s.prompt[3:].strip()) for s in v] for k, v in split.items()}
+    boards = {k: [chess.Board(s.truth.fen) for s in v] for k, v in split.items()}
     labels = {name: {k: torch.tensor([float(f(b)) for b in v]) for k, v in boards.items()}
               for name, f in LABELS.items()}
     for name, y in labels.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 
 import torch
 
@@ -40,9 +41,7 @@ def grow(policy, n_layer: int):
                 value.zero_()
     model.load_state_dict(target)
     model.tie_weights()
-    grown = copy.copy(policy)
-    grown.model = model.eval()
-    return grown
+    return dataclasses.replace(policy, model=model.eval())
 
 
 def main() -> None:
