@@ -6,10 +6,17 @@ depends only on (FEN, limit), not on what the process searched before. Results
 are cached per (FEN, limit). A process that dies is restarted and the call
 retried once; `analyse_many` spreads positions over the processes with one
 thread per process.
+
+python-chess runs each engine's event loop on a non-daemon thread, which keeps
+the interpreter from exiting until the engine ends: close a pool (`close()` or
+`with`) when done. A pool still open when the main thread finishes is closed
+before Python joins its threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import os
 import queue
 import shutil
@@ -51,13 +58,52 @@ def find_engine(path: str | None = None, name: str = "stockfish") -> str:
     return found
 
 
+_OPEN: set[EnginePool] = set()  # pools not yet closed, which _close_open_pools ends at exit
+_OPEN_LOCK = threading.Lock()
+
+
+def _close_open_pools() -> None:
+    with _OPEN_LOCK:
+        pools = list(_OPEN)
+    for pool in pools:
+        pool.close()
+
+
+# threading's exit hooks run before the interpreter joins non-daemon threads (the engines'
+# event loops); the atexit module's run only after that join, too late to end them
+getattr(threading, "_register_atexit", atexit.register)(_close_open_pools)
+
+
+def end_engine(engine: chess.engine.SimpleEngine, timeout: float = 5.0) -> None:
+    """Ends one engine process and its event-loop thread, whatever its state: asks it
+    to quit, waiting at most `timeout` seconds, then closes it (a process still
+    running is killed) and waits up to `timeout` seconds for it to exit. Never raises."""
+    if not engine.returncode.done():  # the process has not exited yet
+        quit_ = engine.protocol.quit()
+        try:
+            future = asyncio.run_coroutine_threadsafe(quit_, engine.protocol.loop)
+        except RuntimeError:  # its event loop has already ended
+            quit_.close()
+        else:
+            try:
+                future.result(timeout)
+            except Exception:  # noqa: BLE001 - busy or hung past the timeout, or died meanwhile
+                pass
+    engine.close()
+    try:
+        engine.returncode.result(timeout)
+    except Exception:  # noqa: BLE001 - its loop ended without reporting the exit code
+        pass
+
+
 def pawns(score: chess.engine.PovScore) -> float:
     """A PovScore in pawns from the side to move's view (mate in 1 = 999.99)."""
     return score.relative.score(mate_score=MATE_SCORE) / 100
 
 
 class EnginePool:
-    """N engine processes at one fixed limit. Thread-safe; use as a context manager.
+    """N engine processes at one fixed limit. Thread-safe; use as a context manager
+    or call `close()`: the engines' threads keep the interpreter alive until then.
 
     >>> with EnginePool(processes=1, depth=4) as pool:           # doctest: +SKIP
     ...     pool.analyse(chess.STARTING_FEN).moves[:1]
@@ -73,7 +119,17 @@ class EnginePool:
         self.path = find_engine(path)
         self.processes, self.multipv, self.hash_mb = processes, multipv, hash_mb
         self.limit = chess.engine.Limit(depth=depth, nodes=nodes)
-        self._engines = [self._open() for _ in range(processes)]
+        self._closed = False
+        self._life = threading.Lock()  # guards _closed and the replacement of an engine
+        self._engines: list[chess.engine.SimpleEngine] = []
+        with _OPEN_LOCK:
+            _OPEN.add(self)
+        try:
+            for _ in range(processes):
+                self._engines.append(self._open())
+        except BaseException:
+            self.close()
+            raise
         self._free: queue.Queue[int] = queue.Queue()
         for i in range(processes):
             self._free.put(i)
@@ -106,12 +162,12 @@ class EnginePool:
             self._free.put(i)
 
     def _restart(self, i: int) -> None:
-        try:
-            self._engines[i].close()
-        except Exception:  # noqa: BLE001 - the process is already gone; closing is best effort
-            pass
-        self._engines[i] = self._open()
-        self.restarts += 1
+        with self._life:
+            if self._closed:
+                raise chess.engine.EngineTerminatedError("the engine pool is closed")
+            end_engine(self._engines[i], timeout=1.0)
+            self._engines[i] = self._open()
+            self.restarts += 1
 
     def _cached(self, key: tuple, compute):
         with self._lock:
@@ -174,12 +230,19 @@ class EnginePool:
                 it = tqdm(it, total=len(fens), desc=f"label ({self.limit_label})")
             return list(it)
 
-    def close(self) -> None:
-        for e in self._engines:
-            try:
-                e.quit()
-            except Exception:  # noqa: BLE001 - a dead process cannot quit; close it instead
-                e.close()
+    def close(self, timeout: float = 5.0) -> None:
+        """Ends every engine process and its thread (`end_engine`, at most about
+        2 x `timeout` seconds per engine); idempotent. Calls after it raise
+        EngineTerminatedError."""
+        with self._life:
+            if self._closed:
+                return
+            self._closed = True
+            engines = list(self._engines)
+        for e in engines:
+            end_engine(e, timeout)
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
 
     def __enter__(self) -> EnginePool:
         return self
