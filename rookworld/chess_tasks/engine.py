@@ -150,16 +150,20 @@ class EnginePool:
         return [e.transport.get_pid() for e in self._engines]
 
     def _run(self, fn):
-        """Run fn(engine) on a free engine; restart it and retry once if it died."""
+        """Run fn(engine) on a free engine; restart it and retry once if it died. A
+        search that the pool's closing cut short raises EngineTerminatedError."""
         i = self._free.get()
         try:
             try:
-                return fn(self._engines[i])
+                result = fn(self._engines[i])
             except chess.engine.EngineTerminatedError:
                 self._restart(i)
-                return fn(self._engines[i])
+                result = fn(self._engines[i])
         finally:
             self._free.put(i)
+        if self._closed:
+            raise chess.engine.EngineTerminatedError("the engine pool was closed during the search")
+        return result
 
     def _restart(self, i: int) -> None:
         with self._life:
