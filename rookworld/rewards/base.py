@@ -57,6 +57,11 @@ class Reward:
         """The reward to use at training step `step`; fixed rewards return self."""
         return self
 
+    def close(self) -> None:
+        """Ends what the reward holds (EngineReward: its engine processes); idempotent.
+        Whoever instantiates a reward closes it; those returned by `at` share its
+        resources and are not closed."""
+
 
 class PartsReward(Reward):
     """A reward that is a function of the measured parts alone (parts.py):

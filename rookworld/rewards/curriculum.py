@@ -27,6 +27,12 @@ class BlendReward(Reward):
     def env(self, truth: EnvTruth, completion: str) -> Scored:
         return self._blend(self.start.env(truth, completion), self.end.env(truth, completion))
 
+    def close(self) -> None:
+        try:
+            self.start.close()
+        finally:
+            self.end.close()
+
     def _blend(self, a: Scored, b: Scored) -> Scored:
         if self.weight == 0.0:
             score = a.score
@@ -58,6 +64,12 @@ class CurriculumReward(Reward):
         self.start, self.end = start, end
         self.steps, self.warmup = int(steps), int(warmup)
         self.range = BlendReward(start, end, 0.0).range
+
+    def close(self) -> None:
+        try:
+            self.start.close()
+        finally:
+            self.end.close()
 
     def weight(self, step: int) -> float:
         return min(max((step - self.warmup) / self.steps, 0.0), 1.0)

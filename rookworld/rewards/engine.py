@@ -76,6 +76,13 @@ class EngineReward(Reward):
         return EngineReward(self.pool, env, self.malformed_penalty, self.legal_score,
                             self.max_loss)
 
+    def close(self) -> None:
+        """Closes the engine pool (its processes and threads) and the `env` reward."""
+        try:
+            self.pool.close()
+        finally:
+            self.env_reward.close()
+
     def move_loss(self, fen: str, move: str) -> float:
         """Pawns the legal `move` loses against the engine's best in `fen` (>= 0).
         A position the rules already call over (insufficient material, 75-move
