@@ -244,11 +244,14 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
     parts = build_parts(cfg)
     reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
-    ensure_writable(run_dir)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return _run(cfg, run_dir, multirun, parts, reward)
-    with RunLock(run_dir):
-        return _run(cfg, run_dir, multirun, parts, reward)
+    try:  # the run owns the reward: closing ends its engine processes, however the run ends
+        ensure_writable(run_dir)
+        if int(os.environ.get("RANK", "0")) != 0:
+            return _run(cfg, run_dir, multirun, parts, reward)
+        with RunLock(run_dir):
+            return _run(cfg, run_dir, multirun, parts, reward)
+    finally:
+        reward.close()
 
 
 def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
