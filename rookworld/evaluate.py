@@ -28,21 +28,25 @@ def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:
     per_sample, when given, is filled likewise with each metric's per-sample values."""
     settings = instantiate(cfg.sampler)
     reward = instantiate(cfg.reward)
-    values = {} if per_sample is None else per_sample
-    values["held_out"] = {}
-    results = {"held_out": Evaluator(held_out, settings, max_per_task=cfg.data.eval_per_task)(
-        policy, reward, per_sample=values["held_out"])[0]}
-    ext_path = cfg.data.get("external_eval")
-    if ext_path and Path(ext_path).exists():
-        ext = read_samples(ext_path, on_defect="relabel")
-        values["external"] = {}
-        results["external"] = Evaluator(ext, settings)(policy, reward,
-                                                       per_sample=values["external"])[0]
-    elif ext_path:
-        print(f"[rookworld] data.external_eval={ext_path}: no such file; the external ROOK "
-              "set is skipped (point data.external_eval or ROOKWORLD_EXTERNAL_EVAL at a copy, "
-              "or set it to null)", flush=True)
-    return results
+    try:  # closing ends reward=engine's Stockfish processes
+        values = {} if per_sample is None else per_sample
+        values["held_out"] = {}
+        results = {"held_out": Evaluator(held_out, settings,
+                                         max_per_task=cfg.data.eval_per_task)(
+            policy, reward, per_sample=values["held_out"])[0]}
+        ext_path = cfg.data.get("external_eval")
+        if ext_path and Path(ext_path).exists():
+            ext = read_samples(ext_path, on_defect="relabel")
+            values["external"] = {}
+            results["external"] = Evaluator(ext, settings)(policy, reward,
+                                                           per_sample=values["external"])[0]
+        elif ext_path:
+            print(f"[rookworld] data.external_eval={ext_path}: no such file; the external "
+                  "ROOK set is skipped (point data.external_eval or ROOKWORLD_EXTERNAL_EVAL at "
+                  "a copy, or set it to null)", flush=True)
+        return results
+    finally:
+        reward.close()
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
