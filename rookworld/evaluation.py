@@ -10,6 +10,8 @@ deviation / sqrt(n)), so tables can print an interval beside every figure, and
 same samples also carries `eval_dse/...`: the standard error of its change since a
 baseline evaluation, from the per-sample differences (paired), which is narrower than
 the difference of two independent means because most samples score the same twice.
+With P settings of legal_moves=mask, the B: move is decoded only along the position's
+legal moves (`legal_mask`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import replace
 
 from . import backends
 from .chess_tasks import Sample
+from .legal_mask import legal_move_constraint
 from .rewards.parts import env_parts, policy_parts
 from .sampling import SamplingSettings
 
@@ -118,14 +121,18 @@ class Evaluator:
         return sum(len(v) for v in self.samples.values())
 
     def completions(self, policy, task: str, progress=None) -> list[str]:
-        """Greedy completions for `task`'s samples; progress(n) after each batch of n."""
+        """Greedy completions for `task`'s samples (P with legal_moves=mask: the B: move
+        only along legal moves); progress(n) after each batch of n."""
         out = []
-        items = self.samples.get(task, [])
+        items, settings = self.samples.get(task, []), self.settings[task]
+        masked = task == "P" and settings.legal_moves == "mask"
         for i in range(0, len(items), self.batch_size):
             chunk = items[i:i + self.batch_size]
+            extra = {"constraint": legal_move_constraint(policy, [s.truth.fen for s in chunk])
+                     } if masked else {}
             r = backends.of(policy).sample(policy.model, [policy.encode_prompt(s.prompt)
                                                           for s in chunk],
-                                           self.settings[task], policy.eos_id)
+                                           settings, policy.eos_id, **extra)
             out += policy.decode_completions(r.completion_ids, r.completion_mask)
             if progress is not None:
                 progress(len(chunk))

@@ -5,7 +5,8 @@ Prompts are left-padded; every real token's position counts real tokens only
 keys/values into a cache allocated once, stops early when every row has
 written end-of-text, and keeps each sampled token's log-probability under the
 policy (`log_softmax(logits / temperature)`, full vocabulary, before top-k/top-p
-filtering) so the PPO ratio can use it as the old policy's log-prob. The loss
+filtering) so the PPO ratio can use it as the old policy's log-prob; with a token
+constraint (`legal_mask`: evaluation and play only) it is the masked distribution's. The loss
 trains on exactly these sampled ids; nothing is re-tokenised.
 
 A GRPO batch repeats each prompt G times in a row: the prompt is run once and
@@ -54,6 +55,7 @@ __all__ = ["KVCache", "Rollout", "SamplingSettings", "decode_tokens", "filter_lo
 # in memory) is not worth holding (benchmarks/README.md). ROOKWORLD_PACK_BELOW_ROWS=0
 # never packs: the benchmarks' switch.
 PACK_BELOW_ROWS = int(os.environ.get("ROOKWORLD_PACK_BELOW_ROWS", "64"))
+LEGAL_MOVES = ("free", "mask")  # SamplingSettings.legal_moves
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ class SamplingSettings:
     max_new_tokens: completion budget; min_new_tokens: end-of-text is masked before it;
     pad_to_multiple_of: prompts are left-padded (masked) to a width that is a multiple of
     this (`left_pad`); 1 = the longest prompt's, the default: on CPU a wider pad buys
-    neither memory nor speed (benchmarks/README.md, ablations)."""
+    neither memory nor speed (benchmarks/README.md, ablations); legal_moves: "free" or
+    "mask" (the P task's B: move decoded only along legal moves: callers pass
+    `legal_mask.legal_move_constraint` to `sample`; evaluation and play only)."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -70,6 +74,7 @@ class SamplingSettings:
     max_new_tokens: int = 160
     min_new_tokens: int = 0
     pad_to_multiple_of: int = 1
+    legal_moves: str = "free"
 
     def __post_init__(self):
         checks = [(self.temperature >= 0, "temperature", ">= 0"),
@@ -78,7 +83,10 @@ class SamplingSettings:
                   (self.max_new_tokens >= 1, "max_new_tokens", ">= 1"),
                   (0 <= self.min_new_tokens <= self.max_new_tokens, "min_new_tokens",
                    "in [0, max_new_tokens]"),
-                  (self.pad_to_multiple_of >= 1, "pad_to_multiple_of", ">= 1")]
+                  (self.pad_to_multiple_of >= 1, "pad_to_multiple_of", ">= 1"),
+                  (self.legal_moves in LEGAL_MOVES, "legal_moves", " or ".join(LEGAL_MOVES)),
+                  (self.legal_moves == "free" or self.min_new_tokens == 0, "min_new_tokens",
+                   "0 with legal_moves=mask (end-of-text may be the only legal token)")]
         for ok, key, rule in checks:
             if not ok:
                 raise ValueError(f"sampler.{key} must be {rule}, got {getattr(self, key)!r}")
@@ -278,19 +286,28 @@ def prefill(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new: int, tape_b
 
 
 def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
-                  settings: SamplingSettings, eos_id: int, generator=None):
+                  settings: SamplingSettings, eos_id: int, generator=None, constraint=None):
     """The token loop both samplers share: logits [N,V] of the first completion token;
     forward_one(tokens [N], t) -> the next logits. Stops when every row has ended or at
-    max_new_tokens. -> (tokens [N,T], their log-probs [N,T], ended [N], width, mask [N,w])."""
+    max_new_tokens. constraint: None, or an object with mask(logits [N,V]) -> logits with
+    -inf at the tokens a row may not write, and advance(tokens [N]) after each choice
+    (`legal_mask.LegalMoveConstraint`); the log-probs are then those of the masked
+    distribution. -> (tokens [N,T], their log-probs [N,T], ended [N], width, mask [N,w])."""
     n, t_max, device = logits.shape[0], settings.max_new_tokens, logits.device
+    if constraint is not None and settings.min_new_tokens:
+        raise ValueError("a token constraint needs sampler.min_new_tokens=0 (end-of-text may "
+                         f"be the only token it allows), got {settings.min_new_tokens}")
     out = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, t_max), dtype=torch.float32, device=device)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     length = torch.full((n,), t_max, dtype=torch.long, device=device)
     for t in range(t_max):
         banned = eos_id if t < settings.min_new_tokens else None
-        tok, logp = _choose(logits.float(), settings, generator, banned)
+        step = logits.float() if constraint is None else constraint.mask(logits.float())
+        tok, logp = _choose(step, settings, generator, banned)
         tok = torch.where(done, eos_id, tok)
+        if constraint is not None:
+            constraint.advance(tok)
         out[:, t] = tok
         logps[:, t] = torch.where(done, 0.0, logp)
         ended = ~done & (tok == eos_id)
@@ -306,13 +323,15 @@ def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
 
 @torch.no_grad()
 def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
-           generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
+           generator: torch.Generator | None = None, tape_budget: int = 0,
+           constraint=None) -> Rollout:
     """Sample one completion per prompt (repeat prompts for G per group, rows of a
     group next to each other: their prompt is then run and stored once).
 
     prompts: N id lists (any lengths). tape_budget: keep the forward (`tape.Tape`, in
-    Rollout.tapes) when it takes at most this many bytes (0: never). Returns a `Rollout`
-    on the model's device.
+    Rollout.tapes) when it takes at most this many bytes (0: never). constraint: limits
+    the tokens each row may write (`decode_tokens`; `legal_mask.legal_move_constraint`).
+    Returns a `Rollout` on the model's device.
     """
     check_gpt2(model)
     device = model.transformer.wte.weight.device
@@ -336,7 +355,7 @@ def sample(model, prompts: list[list[int]], settings: SamplingSettings, eos_id: 
         return out
 
     out, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings, eos_id,
-                                                       generator)
+                                                       generator, constraint)
     if tape is not None:
         assert tape.steps == width - 1, (tape.steps, width)
     return Rollout(prompt_ids, prompt_mask, out[:, :width], comp_mask,
@@ -373,13 +392,13 @@ def _choose(logits: Tensor, s: SamplingSettings, generator, banned: int | None =
 
 def per_task_settings(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                       max_new_tokens: int = 160, min_new_tokens: int = 0,
-                      pad_to_multiple_of: int = 1,
+                      pad_to_multiple_of: int = 1, legal_moves: str = "free",
                       per_task: dict | None = None) -> dict[str, SamplingSettings]:
     """The `sampler` group: shared settings, each overridable per task, e.g.
     per_task={"A": {"max_new_tokens": 110}} -> {"P": SamplingSettings, "A": ...}."""
     base = dict(temperature=temperature, top_k=top_k, top_p=top_p,
                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                pad_to_multiple_of=pad_to_multiple_of)
+                pad_to_multiple_of=pad_to_multiple_of, legal_moves=legal_moves)
     per_task = dict(per_task or {})
     unknown = set(per_task) - {"P", "A"}
     if unknown:

@@ -33,9 +33,11 @@ class Backend(Protocol):
     uses_tape: bool
 
     def sample(self, model, prompts: list[list[int]], settings: SamplingSettings, eos_id: int,
-               generator: torch.Generator | None = None, tape_budget: int = 0) -> Rollout:
+               generator: torch.Generator | None = None, tape_budget: int = 0,
+               constraint=None) -> Rollout:
         """One completion per prompt (N id lists, left-padded to
-        settings.pad_to_multiple_of with eos_id), rows of a group next to each other."""
+        settings.pad_to_multiple_of with eos_id), rows of a group next to each other;
+        constraint: the tokens each row may write (`sampling.decode_tokens`)."""
 
     def logprobs(self, model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                  temperature: Tensor, micro_batch: int = 0) -> Tensor:

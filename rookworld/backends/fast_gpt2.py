@@ -13,8 +13,10 @@ class FastGPT2:
     name = "fast_gpt2"
     uses_tape = True
 
-    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0):
-        return sample(model, prompts, settings, eos_id, generator, tape_budget=tape_budget)
+    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0,
+               constraint=None):
+        return sample(model, prompts, settings, eos_id, generator, tape_budget=tape_budget,
+                      constraint=constraint)
 
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, temperature,
                  micro_batch=0):

@@ -80,7 +80,8 @@ class HFBackend:
         return chunked(fn, rows, prompt_ids, prompt_mask, completion_ids, temperature)
 
     @torch.no_grad()
-    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0):
+    def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0,
+               constraint=None):
         device = next(model.parameters()).device
         prompt_ids, prompt_mask = (x.to(device) for x in left_pad(
             prompts, eos_id, settings.pad_to_multiple_of))
@@ -104,6 +105,6 @@ class HFBackend:
             return out.logits[:, -1]
 
         toks, logps, done, width, comp_mask = decode_tokens(logits, forward_one, settings,
-                                                            eos_id, generator)
+                                                            eos_id, generator, constraint)
         return Rollout(prompt_ids, prompt_mask, toks[:, :width], comp_mask,
                        logps[:, :width] * comp_mask, ~done)
