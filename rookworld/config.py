@@ -142,6 +142,10 @@ def validate(cfg: DictConfig) -> None:
     sampler = cfg.get("sampler") or {}
     for task, over in {"": sampler, **{f"per_task.{t}.": v for t, v in
                                          (sampler.get("per_task") or {}).items()}}.items():
+        if (over or {}).get("legal_moves") == "mask":
+            raise ConfigError(f"sampler.{task}legal_moves=mask is for evaluation and play only: "
+                              "GRPO's update scores the sampled tokens under the unmasked "
+                              "policy; train with legal_moves=free")
         t = (over or {}).get("temperature")
         if t is not None and isinstance(t, int | float) and t <= 0:
             raise ConfigError(f"sampler.{task}temperature={t}: training samples a group of "
