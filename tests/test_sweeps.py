@@ -1,5 +1,5 @@
-"""Optuna sweeps: the search space, what a trial records in its study, the report, and how a
-rerun treats the trials a study already holds (sampler seed, dead and finished trials)."""
+"""Optuna sweeps: the search space, what a trial records in its study, the report, and how
+reruns and workers treat the trials a study holds (sampler seeds, dead and finished trials)."""
 
 import json
 from pathlib import Path
@@ -240,21 +240,36 @@ def test_report_from_storage_url_and_study_name(tmp_path):
 
 # ---- a rerun and the trials a study holds ------------------------------------------------
 
-def test_a_rerun_moves_the_sampler_seed_on_by_the_trials_held(tmp_path, monkeypatch):
-    from hydra.core.hydra_config import HydraConfig
+def _draw(study):
+    """Ask a trial and draw it the way the sweeper does: a float and a choice."""
+    trial = study.ask()
+    return trial, (trial.suggest_float("x", 0.0, 1.0), trial.suggest_categorical("g", [2, 4, 8]))
 
+
+def test_workers_sharing_a_study_draw_distinct_points_that_one_worker_reproduces(tmp_path):
+    """Each trial draws from a stream seeded by the sampler seed and its trial number: two
+    workers with the same seed on one study draw different points, the same ones a single
+    worker draws on a fresh study for the same trial numbers, and a rerun draws new ones."""
     from rookworld.sweeps.callbacks import continuing_tpe
     url = f"sqlite:///{tmp_path}/optuna.db"
-    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: OmegaConf.create(
-        {"sweeper": {"storage": url, "study_name": "s"}})))
-    assert continuing_tpe(seed=5)._rng.rng.randint(1 << 30) == \
-        optuna.samplers.TPESampler(seed=5)._rng.rng.randint(1 << 30)  # no study yet
-    study = optuna.create_study(study_name="s", storage=url)
-    for x in (0.1, 0.2):
-        study.add_trial(optuna.trial.create_trial(
-            params={"x": x}, distributions={"x": FloatDistribution(0, 1)}, value=x))
-    assert continuing_tpe(seed=5)._rng.rng.randint(1 << 30) == \
-        optuna.samplers.TPESampler(seed=7)._rng.rng.randint(1 << 30)
+    optuna.create_study(study_name="shared", storage=url)
+    workers = [optuna.load_study(study_name="shared", storage=url, sampler=continuing_tpe(seed=0))
+               for _ in range(2)]
+    asked = [_draw(workers[0]), _draw(workers[1]), _draw(workers[1]), _draw(workers[0])]
+    for study, (trial, _) in zip(workers * 2, asked):
+        study.tell(trial, 0.0)
+    points = {t.number: p for t, p in asked}
+    assert sorted(points) == [0, 1, 2, 3] and len(set(points.values())) == 4
+
+    alone = optuna.create_study(study_name="alone", storage=url, sampler=continuing_tpe(seed=0))
+    first = [_draw(alone) for _ in range(2)]  # asked together, drawn after (n_jobs=2)
+    for trial, _ in first:
+        alone.tell(trial, 0.0)
+    rerun = optuna.load_study(study_name="alone", storage=url, sampler=continuing_tpe(seed=0))
+    later = [_draw(rerun) for _ in range(2)]
+    assert [p for _, p in first + later] == [points[n] for n in range(4)]
+    other_seed = optuna.create_study(sampler=continuing_tpe(seed=1))
+    assert _draw(other_seed)[1] != points[0]
 
 
 def test_a_trial_whose_heartbeat_stops_is_failed_and_a_beating_one_is_not(tmp_path,

@@ -114,9 +114,9 @@ def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
     procs = [subprocess.Popen(
         [sys.executable, "-m", "rookworld.train", "-m", SEARCH, *tiny_overrides, "steps=1",
          "batch_size=4", f"hydra.sweeper.n_trials={n_trials}", f"sweep.storage={url}",
-         f"hydra.sweeper.study_name={study}", f"hydra.sweeper.sampler.seed={w}"],
+         f"hydra.sweeper.study_name={study}"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for w in range(workers)]
+        for _ in range(workers)]
     logs = [p.communicate(timeout=900)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n\n".join(x[-2000:] for x in logs)
     trials = _trials(url, study)

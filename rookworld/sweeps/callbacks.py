@@ -14,12 +14,18 @@ without a failure reason) is completed with that objective instead.
 
 `EnqueueTrials.on_multirun_start` then queues the settings of `sweep.enqueue` that the
 study does not hold yet, which the sweeper's next asks run first.
+
+`continuing_tpe` builds the sampler: TPE whose draws for a trial are seeded by the
+configured seed and the trial's number, so that every trial of a study draws from its own
+stream, whichever worker asks for it.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
+import numpy as np
 import optuna
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -174,30 +180,59 @@ class EnqueueTrials(Callback):
             print(f"[rookworld] study {name}: queued {point} (sweep.enqueue)")
 
 
-def trial_count(url: str, study_name: str) -> int:
-    """Trials the study holds (0 when it does not exist yet)."""
-    storage = open_storage(url)
-    try:
-        return len(storage.get_all_trials(storage.get_study_id_from_name(study_name),
-                                          deepcopy=False))
-    except KeyError:
-        return 0
-    finally:
-        storage.engine.dispose()
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial `number`'s draws: seed and number mixed by numpy's SeedSequence,
+    so that different (seed, number) pairs get unrelated streams."""
+    return int(np.random.SeedSequence([seed % 2**64, number]).generate_state(1)[0])
 
 
-def continuing_tpe(seed: int | None = None, **kwargs) -> optuna.samplers.TPESampler:
-    """hydra.sweeper.sampler._target_: Optuna's TPE sampler whose seed is the configured one
-    plus the trials the study already holds, so a rerun of a sweep draws new start-up points
-    (with a fixed seed, TPE's random start-up trials came out the same at every rerun),
-    while a fresh study gets the same trials for the same command. The config itself is
-    left as written (Hydra requires every job's sweeper config to equal the driver's)."""
-    from hydra.core.hydra_config import HydraConfig
+class TrialSeededTPESampler(optuna.samplers.BaseSampler):
+    """Optuna's TPE sampler whose draws for trial n come from a TPESampler seeded with
+    trial_seed(seed, n). A trial's number is unique in its study, whichever worker asks
+    for it, so workers started together on one study draw different points; one worker
+    on a fresh study gets the same trials for the same command, and a rerun (new trial
+    numbers) new ones. Trials asked together (hydra.sweeper.n_jobs > 1) each keep their
+    own sampler until they are told."""
 
-    sweeper = HydraConfig.get().sweeper
-    url, name = sweeper.get("storage"), sweeper.get("study_name")
-    held = trial_count(str(url), str(name)) if seed is not None and url and name else 0
-    if held:
-        print(f"[rookworld] study {name} holds {held} trials: sampler seed {seed + held} for "
-              "this run's new ones")
-    return optuna.samplers.TPESampler(seed=None if seed is None else seed + held, **kwargs)
+    def __init__(self, seed: int, **tpe_kwargs):
+        self.seed, self.tpe_kwargs = int(seed), tpe_kwargs
+        optuna.samplers.TPESampler(seed=self.seed, **tpe_kwargs)  # bad options raise here
+        self._by_trial: dict[int, optuna.samplers.TPESampler] = {}
+
+    def sampler_for(self, number: int) -> optuna.samplers.TPESampler:
+        """The TPE sampler that draws trial `number`'s parameters."""
+        if number not in self._by_trial:
+            with warnings.catch_warnings():  # TPE's option warnings came once, in __init__
+                warnings.simplefilter("ignore")
+                self._by_trial[number] = optuna.samplers.TPESampler(
+                    seed=trial_seed(self.seed, number), **self.tpe_kwargs)
+        return self._by_trial[number]
+
+    def infer_relative_search_space(self, study, trial):
+        return self.sampler_for(trial.number).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self.sampler_for(trial.number).sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.sampler_for(trial.number).sample_independent(
+            study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        self.sampler_for(trial.number).before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.sampler_for(trial.number).after_trial(study, trial, state, values)
+        self._by_trial.pop(trial.number, None)
+
+    def reseed_rng(self) -> None:
+        for sampler in self._by_trial.values():
+            sampler.reseed_rng()
+
+
+def continuing_tpe(seed: int | None = None, **kwargs) -> optuna.samplers.BaseSampler:
+    """hydra.sweeper.sampler._target_: TrialSeededTPESampler (TPE seeded by the configured
+    seed and each trial's number); with seed null, Optuna's TPE sampler unseeded."""
+    if seed is None:
+        return optuna.samplers.TPESampler(seed=None, **kwargs)
+    return TrialSeededTPESampler(seed, **kwargs)
