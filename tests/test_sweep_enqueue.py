@@ -3,8 +3,11 @@
 import os
 import subprocess
 import sys
+import threading
+import uuid
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from rookworld.config import compose
@@ -49,6 +52,27 @@ def test_a_point_is_queued_once_and_again_only_after_its_trial_died(tmp_path):
     assert enqueue_trials(url, "t", ["maximize"], [POINT]) == [POINT]
     other = {"lr": 1e-4, "kind": "group"}
     assert enqueue_trials(url, "s", ["maximize"], [POINT, other]) == [other]
+
+
+@pytest.mark.postgres
+def test_workers_starting_together_queue_a_point_once():
+    """Eight workers queue the same point into one fresh PostgreSQL study at once: it is
+    queued by exactly one of them."""
+    from test_sweeps_end_to_end import pg_url
+    url, name = pg_url(), f"q{uuid.uuid4().hex[:8]}"
+    start, queued = threading.Barrier(8), []
+
+    def worker():
+        start.wait()
+        queued.extend(enqueue_trials(url, name, ["maximize"], [POINT]))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trials = optuna.load_study(study_name=name, storage=url).trials
+    assert queued == [POINT] and [t.state.name for t in trials] == ["WAITING"]
 
 
 def test_the_stability_search_queues_the_training_defaults():

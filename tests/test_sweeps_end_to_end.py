@@ -101,15 +101,21 @@ def _fresh_database(url: str) -> str:
     return url.rsplit("/", 1)[0] + "/" + name
 
 
-@pytest.mark.postgres
-@pytest.mark.slow
-def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
+def pg_url() -> str:
+    """The PostgreSQL server of ROOKWORLD_PG_URL; skips the test without one (fails it
+    under ROOKWORLD_REQUIRE_PG, which CI sets)."""
     base = os.environ.get("ROOKWORLD_PG_URL")
     if not base:
         if os.environ.get("ROOKWORLD_REQUIRE_PG"):  # CI (.ci/run) starts a server: never skip
             pytest.fail("ROOKWORLD_REQUIRE_PG is set but ROOKWORLD_PG_URL is not")
         pytest.skip("ROOKWORLD_PG_URL not set (scripts/start_postgres.sh starts a server)")
-    url, study, n_trials, workers = _fresh_database(base), f"w{uuid.uuid4().hex[:8]}", 2, 3
+    return base
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_parallel_workers_on_one_postgres_study(tiny_overrides, tmp_path):
+    url, study, n_trials, workers = _fresh_database(pg_url()), f"w{uuid.uuid4().hex[:8]}", 2, 3
     env = dict(os.environ, HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(
         [sys.executable, "-m", "rookworld.train", "-m", SEARCH, *tiny_overrides, "steps=1",

@@ -13,7 +13,8 @@ A dead trial whose job did finish and record its result (its objective user attr
 without a failure reason) is completed with that objective instead.
 
 `EnqueueTrials.on_multirun_start` then queues the settings of `sweep.enqueue` that the
-study does not hold yet, which the sweeper's next asks run first.
+study does not hold yet, which the sweeper's next asks run first; workers started together
+queue them once (`study_lock`).
 
 `continuing_tpe` builds the sampler: TPE whose draws for a trial are seeded by the
 configured seed and the trial's number, so that every trial of a study draws from its own
@@ -30,7 +31,7 @@ import optuna
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .storage import GRACE_S, open_storage
+from .storage import GRACE_S, open_storage, study_lock
 
 STALE_REASON = ("its process ended without reporting a result (killed or crashed hard); "
                 "marked FAIL when the sweep was run again")
@@ -134,17 +135,19 @@ def enqueue_trials(url: str, study_name: str, directions: list[str],
                    points: list[dict]) -> list[dict]:
     """Queue each point (parameter name -> value) that no waiting, running or complete
     trial of the study holds, creating the study if needed; returns the points queued.
-    A point whose trial failed (a killed process) is queued again."""
+    A point whose trial failed (a killed process) is queued again. The study is locked
+    meanwhile (PostgreSQL), so that workers started together queue a point once."""
     storage = open_storage(url)
     try:
-        study = optuna.create_study(study_name=study_name, storage=storage,
-                                    directions=directions, load_if_exists=True)
-        trials = study.get_trials(deepcopy=False, states=_LIVE)
-        added = []
-        for point in points:
-            if not any(_holds(t, point) for t in trials):
-                study.enqueue_trial(point)
-                added.append(point)
+        with study_lock(storage, study_name):  # workers started together queue a point once
+            study = optuna.create_study(study_name=study_name, storage=storage,
+                                        directions=directions, load_if_exists=True)
+            trials = study.get_trials(deepcopy=False, states=_LIVE)
+            added = []
+            for point in points:
+                if not any(_holds(t, point) for t in trials):
+                    study.enqueue_trial(point)
+                    added.append(point)
         return added
     finally:
         storage.engine.dispose()

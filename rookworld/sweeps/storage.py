@@ -6,9 +6,13 @@ from __future__ import annotations
 import random
 import time
 import warnings
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 import sqlalchemy.exc
 from omegaconf import OmegaConf
 
@@ -38,6 +42,26 @@ def open_storage(url: str, grace_s: int = GRACE_S) -> optuna.storages.RDBStorage
                 raise
             time.sleep(0.2 + random.random())
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def study_lock(storage: optuna.storages.RDBStorage, study_name: str) -> Iterator[None]:
+    """Hold a lock on `study_name` across processes, so that a read of the study and the
+    writes that follow it are not interleaved with another worker's: a PostgreSQL advisory
+    lock (released when the block ends or its connection drops); no lock on other
+    databases (SQLite serves one sweep process at a time)."""
+    if storage.engine.dialect.name != "postgresql":
+        yield
+        return
+    key = zlib.crc32(f"rookworld-study:{study_name}".encode())
+    with storage.engine.connect() as conn:
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            conn.commit()
 
 
 def study_storage(storage: str | None, study_name: str) -> str:
