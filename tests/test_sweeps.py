@@ -272,29 +272,39 @@ def test_workers_sharing_a_study_draw_distinct_points_that_one_worker_reproduces
     assert _draw(other_seed)[1] != points[0]
 
 
-def test_a_trial_whose_heartbeat_stops_is_failed_and_a_beating_one_is_not(tmp_path,
-                                                                          monkeypatch):
-    """The shared-server path (heartbeats), run here on SQLite: a job's Heartbeat keeps its
-    trial alive; a trial whose job died goes FAIL with its reason at the next sweep start."""
+def _study_config(url: str, grace_s: int):
+    return OmegaConf.create({"hydra": {"sweeper": {"storage": url, "study_name": "s"}},
+                             "sweep": {"grace_s": grace_s}})
+
+
+def test_a_worker_fails_trials_whose_heartbeat_stopped_before_its_next_trial(tmp_path):
+    """A job's Heartbeat keeps its trial alive; a trial whose job died goes FAIL with its
+    reason when a live worker starts its next trial (the shared-server path, on SQLite)."""
     import time
 
-    from rookworld.sweeps import trial as trial_mod
-    from rookworld.sweeps.callbacks import STALE_REASON, fail_stale_trials
+    from rookworld.sweeps.callbacks import STALE_REASON, FailStaleTrials
     from rookworld.sweeps.trial import Heartbeat
-    monkeypatch.setattr(trial_mod, "HEARTBEAT_S", 0.2)
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
-    alive, dead = _running(study, 1e-3), _running(study, 1e-4)
-    tag(None, alive)
-    tag(None, dead)
-    with Heartbeat(StudyRef(url, "s"), OmegaConf.create({"sweep": {"trial": dead.number}})):
+    alive, dead, unstarted = _running(study, 1e-3), _running(study, 1e-4), _running(study, 1e-5)
+    for t in (alive, dead, unstarted):
+        tag(None, t)
+
+    def beat(t):
+        return Heartbeat(StudyRef(url, "s"), OmegaConf.create(
+            {"sweep": {"trial": t.number, "heartbeat_s": 0.2}}))
+
+    with beat(dead):
         pass  # the dead trial's job beat once, then its process "died"
-    with Heartbeat(StudyRef(url, "s"), OmegaConf.create({"sweep": {"trial": alive.number}})):
+    with beat(alive):
         time.sleep(2.0)  # the live one keeps beating past the grace period below
-        assert fail_stale_trials(url, "s", only_silent=True, grace_s=1) == [dead.number]
+        FailStaleTrials().on_job_start(_study_config(url, grace_s=60))  # not silent long enough
+        assert [t.state.name for t in study.get_trials()] == ["RUNNING"] * 3
+        FailStaleTrials().on_job_start(_study_config(url, grace_s=1))
     trials = optuna.load_study(study_name="s", storage=url).trials
-    assert [t.state.name for t in trials] == ["RUNNING", "FAIL"]
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING"]  # no beat yet: alive
     assert trials[1].user_attrs["reason"] == STALE_REASON
+    assert trials[1].system_attrs["fail_reason"] == STALE_REASON
 
 
 def test_a_dead_trial_whose_job_recorded_its_result_is_completed_with_it(tmp_path):

@@ -1,16 +1,18 @@
-"""Hydra callbacks for Optuna sweeps (registered under hydra.callbacks by hparams_search).
+"""Hydra callbacks and the sampler of Optuna sweeps (registered by hparams_search).
 
 A trial whose process was killed (SIGKILL, OOM, a lost node) never reports back, so the
-study would keep it RUNNING forever. `FailStaleTrials.on_multirun_start` (every start of
-the sweep command, by any worker) marks dead trials FAIL, with the reason in the trial's
-`fail_reason` system attribute and its `reason` user attribute, before new trials are asked:
-  SQLite, which serves one sweep process at a time (README): every RUNNING trial, since
-    none can be alive at start-up;
-  a shared server (PostgreSQL): the RUNNING trials whose heartbeat stopped. A trial's job
-    records a heartbeat every HEARTBEAT_S seconds (rookworld.sweeps.trial); one silent for
-    GRACE_S seconds belongs to a dead worker, while live workers' trials are left alone.
-A dead trial whose job did finish and record its result (its objective user attribute,
-without a failure reason) is completed with that objective instead.
+study would keep it RUNNING forever. `FailStaleTrials` marks dead trials FAIL, with the
+reason in the trial's `fail_reason` system attribute and its `reason` user attribute:
+  at every start of the sweep command, by any worker, before new trials are asked
+    (on_multirun_start): on SQLite, which serves one sweep process at a time, every
+    RUNNING trial, since none can be alive at start-up; on a shared server (PostgreSQL),
+    the RUNNING trials whose heartbeat stopped;
+  before each trial a worker runs (on_job_start): the RUNNING trials whose heartbeat
+    stopped, so the workers still alive fail a dead worker's trials as the sweep goes on.
+A trial's job records a heartbeat every sweep.heartbeat_s seconds (rookworld.sweeps.trial);
+one silent for sweep.grace_s seconds belongs to a dead process, while live trials are left
+alone. A dead trial whose job did finish and record its result (its objective user
+attribute, without a failure reason) is completed with that objective instead.
 
 `EnqueueTrials.on_multirun_start` then queues the settings of `sweep.enqueue` that the
 study does not hold yet, which the sweeper's next asks run first; workers started together
@@ -34,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from .storage import GRACE_S, open_storage, study_lock
 
 STALE_REASON = ("its process ended without reporting a result (killed or crashed hard); "
-                "marked FAIL when the sweep was run again")
+                "marked FAIL by a later start of the sweep or by a worker still running")
 
 
 def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None,
@@ -79,17 +81,27 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
 
 
 class FailStaleTrials(Callback):
-    """hydra.callbacks entry: on a (re)run of a sweep, dead RUNNING trials become FAIL."""
+    """hydra.callbacks entry: dead RUNNING trials become FAIL at every start of a sweep
+    (every RUNNING trial on SQLite, the silent ones elsewhere) and before each of its
+    trials (the silent ones), after sweep.grace_s seconds without a heartbeat."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        sweeper = config.hydra.sweeper
-        url, name = sweeper.get("storage"), sweeper.get("study_name")
-        if not url or not name:
-            return
-        failed = fail_stale_trials(str(url), str(name))
-        if failed:
-            print(f"[rookworld] study {name}: trials {failed} were left RUNNING by a process "
-                  "that died; marked FAIL")
+        _fail_stale(config, only_silent=None)
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        _fail_stale(config, only_silent=True)
+
+
+def _fail_stale(config: DictConfig, only_silent: bool | None) -> None:
+    sweeper = OmegaConf.select(config, "hydra.sweeper") or {}
+    url, name = sweeper.get("storage"), sweeper.get("study_name")
+    if not url or not name:
+        return
+    grace_s = int(OmegaConf.select(config, "sweep.grace_s", default=GRACE_S))
+    failed = fail_stale_trials(str(url), str(name), only_silent=only_silent, grace_s=grace_s)
+    if failed:
+        print(f"[rookworld] study {name}: trials {failed} were left RUNNING by a process "
+              "that died; marked FAIL", flush=True)
 
 
 def _holds(trial: optuna.trial.FrozenTrial, point: dict) -> bool:

@@ -17,8 +17,8 @@ import sqlalchemy.exc
 from omegaconf import OmegaConf
 
 SQLITE_TIMEOUT_S = 60  # how long a SQLite writer waits for a lock held by a parallel job
-HEARTBEAT_S = 30  # a running trial's job records a heartbeat this often
-GRACE_S = 180  # a RUNNING trial whose last heartbeat is older than this is dead
+HEARTBEAT_S = 30  # a running trial's job records a heartbeat this often (sweep.heartbeat_s)
+GRACE_S = 180  # a RUNNING trial whose last heartbeat is older than this is dead (sweep.grace_s)
 CREATE_RETRIES = 5  # attempts at creating Optuna's tables when workers race to do it
 # What a lost race to create the tables raises (PostgreSQL: duplicate pg_type row or table).
 _RACE = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,

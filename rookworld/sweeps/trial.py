@@ -179,12 +179,14 @@ def exit_with_parent() -> None:
 
 
 class Heartbeat:
-    """While the job runs, record its trial's heartbeat every HEARTBEAT_S seconds (a daemon
-    thread with its own connection), so that a worker that dies leaves a trial the next
-    sweep start can tell from a live one (rookworld.sweeps.callbacks)."""
+    """While the job runs, record its trial's heartbeat every sweep.heartbeat_s seconds
+    (HEARTBEAT_S when unset; a daemon thread with its own connection), so that a worker
+    that dies leaves a trial that the other workers and the next sweep start can tell from
+    a live one (rookworld.sweeps.callbacks)."""
 
     def __init__(self, study: StudyRef | None, cfg: DictConfig):
         self.study, self.cfg = study, cfg
+        self.interval_s = float(OmegaConf.select(cfg, "sweep.heartbeat_s", default=HEARTBEAT_S))
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -202,7 +204,7 @@ class Heartbeat:
             return self
 
         def beat() -> None:
-            while not self.stop.wait(HEARTBEAT_S):
+            while not self.stop.wait(self.interval_s):
                 try:
                     storage.record_heartbeat(trial_id)
                 except Exception:  # noqa: BLE001,S112 - a missed beat; the next one retries
