@@ -1,0 +1,62 @@
+"""Centipawn loss of a player's moves against Stockfish at a stated search limit.
+
+The loss of a legal move is eval(engine's best move) - eval(the move), both from the
+side to move's view at the pool's limit (`EnginePool.evaluate_move`), each eval first
+clipped to +-CAP centipawns, as Lichess clips before it averages (a missed mate costs
+CAP, not 100,000). A blunder loses BLUNDER_CP or more. Illegal or missing answers are
+counted apart and never enter the mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import chess
+
+CAP = 1000  # centipawns
+BLUNDER_CP = 300
+
+
+def clip_cp(pawns: float) -> float:
+    """Pawns -> centipawns clipped to [-CAP, CAP]."""
+    return max(-CAP, min(CAP, pawns * 100))
+
+
+def centipawn_loss(best_pawns: float, move_pawns: float) -> float:
+    """The loss of a move (>= 0) from the best move's eval and its own, in pawns."""
+    return max(0.0, clip_cp(best_pawns) - clip_cp(move_pawns))
+
+
+@dataclass(frozen=True)
+class MoveLoss:
+    """loss: centipawns (None for an illegal or missing answer)."""
+
+    fen: str
+    move: str | None
+    loss: float | None
+
+    @property
+    def blunder(self) -> bool | None:
+        return None if self.loss is None else self.loss >= BLUNDER_CP
+
+
+def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[MoveLoss]:
+    """The loss of each (position, move) at the pool's limit, over its processes."""
+
+    def one(pair: tuple[str, str | None]) -> MoveLoss:
+        fen, move = pair
+        board = chess.Board(fen)
+        try:
+            legal = move is not None and board.is_legal(chess.Move.from_uci(move))
+        except ValueError:
+            legal = False
+        if not legal:
+            return MoveLoss(fen, move, None)
+        top = pool.analyse(fen)
+        best = top.evals[0] if top.evals else 0.0
+        return MoveLoss(fen, move, centipawn_loss(best, pool.evaluate_move(fen, move)))
+
+    with ThreadPoolExecutor(pool.processes) as ex:
+        return list(ex.map(one, zip(fens, moves)))
