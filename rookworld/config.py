@@ -24,8 +24,16 @@ def pkg_data(name: str) -> str:
     return str(PACKAGE_DIR / "assets" / "data" / name)
 
 
+def pkg_strength(name: str) -> str:
+    """${pkg_strength:openings.txt} -> absolute path of a file shipped in
+    rookworld/assets/strength (the puzzle sample, the opening positions)."""
+    return str(PACKAGE_DIR / "assets" / "strength" / name)
+
+
 if not OmegaConf.has_resolver("pkg_data"):
     OmegaConf.register_resolver("pkg_data", pkg_data)
+if not OmegaConf.has_resolver("pkg_strength"):
+    OmegaConf.register_resolver("pkg_strength", pkg_strength)
 
 
 def instantiate(node, **kwargs):

@@ -49,12 +49,44 @@ def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:
         reward.close()
 
 
+def measure_strength(policy, cfg, held_out, per_sample: dict) -> dict:
+    """The playing-strength suite (`rookworld.strength`) at cfg.strength's sizes; its
+    report and PGN files go to cfg.strength_dir, its markdown is printed."""
+    from .strength import StrengthSuite, settings_from
+
+    settings = settings_from(cfg.strength)
+    fens = [s.truth.fen for s in held_out if s.task == "P"]
+    with StrengthSuite(settings, fens, cfg.strength_dir) as suite:
+        metrics, values, text = suite(policy, instantiate(cfg.sampler)["P"],
+                                      label=model_label(cfg))
+    per_sample["strength"] = values
+    print(text + f"\n\n[rookworld] strength report and games (PGN) in "
+          f"{Path(cfg.strength_dir) / model_label(cfg)}", flush=True)
+    return metrics
+
+
+def model_label(cfg) -> str:
+    """A file-name-safe name for the evaluated model: its path's last parts, or its option."""
+    path = cfg.model.get("path")
+    name = "-".join(Path(str(path)).parts[-2:]) if path else cfg.model.get("_target_", "model")
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))[-80:]
+
+
+SUITES = ("held_out", "strength", "all")
+
+
 @hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
+    if cfg.suite not in SUITES:
+        raise SystemExit(f"rookworld: suite must be one of {' | '.join(SUITES)}, "
+                         f"got {cfg.suite!r}")
     runtime.setup()  # the process-wide choices, before the model
     earlier = json.loads(Path(cfg.against).read_text()) if cfg.against else None
     per_sample = {}
-    results = measure(instantiate(cfg.model), cfg, read_samples(cfg.data.eval), per_sample)
+    policy, held_out = instantiate(cfg.model), read_samples(cfg.data.eval)
+    results = measure(policy, cfg, held_out, per_sample) if cfg.suite != "strength" else {}
+    if cfg.suite != "held_out":
+        results["strength"] = measure_strength(policy, cfg, held_out, per_sample)
     print(json.dumps(results, indent=2))
     for split in results if earlier else ():
         before = earlier.get(split)
