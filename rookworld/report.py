@@ -70,6 +70,19 @@ EVAL_A = Panel("Held-out A (environment) task", "share of samples", (
     ("eval/A/format", "format"), ("eval/A/fen_exact", "FEN exact"),
     ("eval/A/fen_similarity", "FEN similarity"), ("eval/A/flags", "flags"),
     ("eval/A/exact", "exact")), eval=True, share=True)
+STRENGTH = Panel("Playing strength (strength=fast|full)", "share", (
+    ("eval/strength/puzzles_first", "puzzles: first move"),
+    ("eval/strength/puzzles_first_masked", "puzzles: first move, masked"),
+    ("eval/strength/puzzles_illegal", "puzzles: illegal answer"),
+    ("eval/strength/random_score", "score vs random mover"),
+    ("eval/strength/random_score_masked", "score vs random mover, masked"),
+    ("eval/strength/engine_score", "score vs Stockfish"),
+    ("eval/strength/blunder", "blunder share")), eval=True, share=True)
+SELFPLAY = Panel("Self-play: legal half-moves", "half-moves (mean)", (
+    ("eval/strength/selfplay_plies", "free"),
+    ("eval/strength/selfplay_plies_masked", "masked")), eval=True)
+ACPL = Panel("Average centipawn loss (legal answers)", "centipawns", (
+    ("eval/strength/acpl", "free"), ("eval/strength/acpl_masked", "masked")), eval=True)
 
 FIGURES = {  # file name -> panels, side by side
     "reward.png": (REWARD, SIGNAL),
@@ -77,8 +90,10 @@ FIGURES = {  # file name -> panels, side by side
     "entropy.png": (ENTROPY,),
     "clip.png": (CLIP,),
     "eval.png": (EVAL_REWARD, EVAL_P, EVAL_A),
+    "strength.png": (STRENGTH, SELFPLAY, ACPL),
 }
 OVERVIEW = (REWARD, SIGNAL, ENTROPY, KL, BETA, CLIP, EVAL_REWARD, EVAL_P, EVAL_A)
+LOWER_IS_BETTER = ("eval_error", "illegal", "acpl", "blunder")  # metric name parts
 
 
 @dataclass
@@ -229,8 +244,8 @@ def eval_table(run: Run) -> list[str]:
         if k not in last or k not in first:
             continue
         steps, values = series(run.evals, k)
-        # eval_error is an error (lower is better); every other eval metric is higher-better
-        best = min if k.endswith("eval_error") else max
+        # errors, losses and illegal shares are lower-better; the other metrics higher-better
+        best = min if any(w in k.rsplit("/", 1)[-1] for w in LOWER_IS_BETTER) else max
         i = values.index(best(values))
         lines.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
                      f"| {change_with_interval(first, last, k)} | {fmt(values[i])} ({steps[i]}) |")

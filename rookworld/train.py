@@ -55,6 +55,8 @@ from .memory import peak_memory_mb
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume
 from .sampling import NonFiniteLogits
+from .strength import StrengthSuite, SuiteSettings, settings_from
+from .strength.puzzles import PuzzleFileError
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
 RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.describe`)
@@ -73,6 +75,7 @@ class Parts:
     prompt_filter: object
     kl_guard: KLGuard | None
     nan_guard: NaNGuard
+    strength: SuiteSettings
     loggers: list = field(default_factory=list)
 
 
@@ -99,6 +102,10 @@ def build_parts(cfg: DictConfig) -> Parts:
         raise ConfigError(f"kl={type(kl).__name__} needs a reference model but "
                           "reference.enabled=false; set reference.enabled=true or kl=none")
     g = cfg.guard
+    try:
+        strength = settings_from(cfg.strength) if cfg.get("strength") else None
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"strength: {e}") from None
     kl_guard = KLGuard(**g.kl) if g.get("kl") else None
     if kl_guard and not cfg.reference.enabled:
         raise ConfigError("guard.kl measures KL against the reference but reference.enabled="
@@ -106,7 +113,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
                  anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
-                 kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan),
+                 kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan), strength=strength,
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 
 
@@ -145,9 +152,12 @@ def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> Non
 
 
 def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
-             samples_file: MetricsFile, baseline: dict | None) -> tuple[dict, dict]:
-    """-> (metrics, per-sample values). The values go to samples_file; against the
-    baseline's (the start's) they give each metric's paired change interval."""
+             samples_file: MetricsFile, baseline: dict | None,
+             suite: StrengthSuite | None = None) -> tuple[dict, dict]:
+    """-> (metrics, per-sample values), the strength suite's among them when there is
+    one (its report and games under strength/<start|step-N>/). The values go to
+    samples_file; against the baseline's (the start's) they give each metric's paired
+    change interval."""
     t0 = time.perf_counter()
     label = "start" if step < 0 else f"step {step}"
     values = {}
@@ -155,6 +165,12 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
               leave=False, mininterval=2) as bar:
         m, examples = evaluator(engine.policy, engine.reward.at(step), cfg.examples_to_log,
                                 progress=bar.update, per_sample=values)
+    if suite is not None:
+        t1 = time.perf_counter()
+        sm, sv, _ = suite(engine.policy, engine.sampling["P"],
+                          label="start" if step < 0 else f"step-{step + 1}")
+        m |= sm | {"time/strength_s": time.perf_counter() - t1}
+        values |= sv
     if baseline:
         m |= paired_se(baseline, values)
     m["time/eval_s"] = time.perf_counter() - t0
@@ -165,7 +181,8 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
     return m, values
 
 
-def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) -> tuple:
+def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
+               suite: StrengthSuite | None = None) -> tuple:
     main = engine.dist is None or engine.dist.is_main  # DDP: rank 0 logs, evaluates, saves
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     samples_file = MetricsFile(run_dir / EVAL_SAMPLES)
@@ -197,7 +214,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
             if hasattr(lg, "resume_at"):
                 lg.resume_at(-1)
         first_eval, baseline = evaluate(engine, evaluator, cfg, loggers, metrics_file, -1,
-                                        samples_file, None)
+                                        samples_file, None, suite)
     if main:  # the process-wide choices this run trains under (a resume: its own again)
         atomic_write_text(run_dir / RUNTIME_FILE, json.dumps(runtime.describe(), indent=1))
     metrics_file = metrics_file if main else None
@@ -229,7 +246,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers) 
         done = step + 1
         if main and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step,
-                                 samples_file, baseline)[0]
+                                 samples_file, baseline, suite)[0]
         if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
                 "cpu_matmul": forward_matmul.CPU_MATMUL,
@@ -260,6 +277,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     except ValueError as e:
         raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)
+    suite = strength_suite(parts.strength, eval_samples, run_dir)  # reads its puzzle file
     if not cfg.resume:  # the config a later `resume=` continues with (Hydra may overwrite .hydra/)
         atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
     if cfg.dry_run:
@@ -280,7 +298,12 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
                              "micro_batch_tokens": engine.micro_batch_tokens}, run_dir, main)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
-        outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir, loggers)
+        try:
+            outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir,
+                                              loggers, suite)
+        finally:  # ends the suite's Stockfish processes
+            if suite is not None:
+                suite.close()
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
         # the outcome carries the steps done and the evaluations that exist
         rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
@@ -304,6 +327,19 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     if not main:  # rank 0 writes the outcome
         return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+
+
+def strength_suite(settings: SuiteSettings | None, eval_samples, run_dir: Path
+                   ) -> StrengthSuite | None:
+    """The `strength` group's suite over the held-out P positions, writing under
+    run_dir/strength/; None when every measure is off."""
+    if settings is None or not settings.enabled:
+        return None
+    try:
+        return StrengthSuite(settings, [s.truth.fen for s in eval_samples if s.task == "P"],
+                             run_dir / "strength")
+    except (PuzzleFileError, ValueError, OSError) as e:
+        raise ConfigError(f"strength: {e}") from None
 
 
 def record_choices(cfg: DictConfig, chosen: dict, run_dir: Path, main: bool) -> None:

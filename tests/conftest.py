@@ -67,7 +67,7 @@ def synthetic_data(tmp_path_factory):
 # float32 products: the mechanics tests compare paths to float32 rounding on every host
 # (autocast=auto is bf16 on CPUs where bf16 products are faster; tests/test_low_precision.py)
 TINY = ["model=tiny_random", "model.n_layer=2", "model.n_embd=32", "model.n_head=2",
-        "model.n_positions=320", "logger=none", "autocast=off"]
+        "model.n_positions=320", "logger=none", "autocast=off", "strength=none"]
 
 
 @pytest.fixture
