@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Start a throwaway PostgreSQL cluster for the parallel-sweep test
-# (tests/test_sweeps_end_to_end.py, marked postgres): a fresh cluster in a temp dir, listening
-# on 127.0.0.1 only, on a free port, trust auth, one database. Prints the SQLAlchemy URL on
-# stdout; the stop command goes to stderr (and to <dir>/stop.sh). As root, the server runs as the `postgres` user.
+# Start a throwaway PostgreSQL cluster for the tests marked postgres (workers sharing a sweep
+# study: tests/test_sweeps_end_to_end.py, test_sweeps_chaos.py, test_sweep_enqueue.py): a
+# fresh cluster in a temp dir, listening on 127.0.0.1 only, on a free port, trust auth, one
+# database. Prints the SQLAlchemy URL on stdout; the stop command goes to stderr (and to
+# <dir>/stop.sh). As root, the server runs as the `postgres` user.
 #   scripts/start_postgres.sh [DIR]     (DIR: an empty directory to hold it; default a new temp dir)
 #   export ROOKWORLD_PG_URL=$(bash scripts/start_postgres.sh)
 set -euo pipefail
