@@ -89,10 +89,10 @@ def end_engine(engine: chess.engine.SimpleEngine, timeout: float = 5.0) -> None:
                 future.result(timeout)
             except Exception:  # noqa: BLE001 - busy or hung past the timeout, or died meanwhile
                 pass
-    engine.close()
     try:
+        engine.close()
         engine.returncode.result(timeout)
-    except Exception:  # noqa: BLE001 - its loop ended without reporting the exit code
+    except Exception:  # noqa: BLE001 - its event loop ended without reporting the exit code
         pass
 
 
