@@ -165,40 +165,42 @@ class LegalMoveConstraint:
         self.checks_before = bool(index.inside or index.after_colon)
 
     def mask(self, logits: Tensor) -> Tensor:
-        """logits [N,V] -> the same with -inf at every token a constrained row may not
-        write (a new tensor; `logits` itself when no row is constrained at this step)."""
+        """logits [N,V] -> the same tensor with -inf written at every token a constrained
+        row may not write (in place: `sampling.decode_tokens` hands over each step's own
+        logits); only the constrained rows are touched."""
         v, device = logits.shape[1], logits.device
         rows, cols = [], []
-        for j, node in enumerate(self.field.values()):
+        for row, node in self.field.items():
             ids = self.index.allowed(node)
             if node.terminal:
                 ids = torch.cat([ids, torch.tensor([self.eos_id])])
-            rows.append(torch.full((ids.shape[0],), j, dtype=torch.long))
+            rows.append(torch.full((ids.shape[0],), row, dtype=torch.long))
             cols.append(ids)
-        banned_rows, banned_cols = [], []
+        if rows:
+            r, c = self._inside(torch.cat(rows), torch.cat(cols), v, device)
+            kept = logits[r, c]
+            logits[torch.tensor(list(self.field), device=device)] = float("-inf")
+            logits[r, c] = kept
         if self.checks_before:
+            rows, cols = [], []
             for row, (root, last) in self.before.items():
                 ids = root.banned_inside
                 if last == "B" and root.banned_after_b.numel():
                     ids = torch.cat([ids, root.banned_after_b])
                 if ids.numel():
-                    banned_rows.append(torch.full((ids.shape[0],), row, dtype=torch.long))
-                    banned_cols.append(ids)
-        if not rows and not banned_rows:
-            return logits
-        out = logits.clone()
-        if rows:
-            r, c = torch.cat(rows), torch.cat(cols)
-            inside = c < v
-            keep = torch.zeros((len(rows), v), dtype=torch.bool, device=device)
-            keep[r[inside].to(device), c[inside].to(device)] = True
-            field_rows = torch.tensor(list(self.field), dtype=torch.long, device=device)
-            out[field_rows] = out[field_rows].masked_fill(~keep, float("-inf"))
-        if banned_rows:
-            r, c = torch.cat(banned_rows), torch.cat(banned_cols)
-            inside = c < v
-            out[r[inside].to(device), c[inside].to(device)] = float("-inf")
-        return out
+                    rows.append(torch.full((ids.shape[0],), row, dtype=torch.long))
+                    cols.append(ids)
+            if rows:
+                r, c = self._inside(torch.cat(rows), torch.cat(cols), v, device)
+                logits[r, c] = float("-inf")
+        return logits
+
+    def _inside(self, r: Tensor, c: Tensor, v: int, device) -> tuple[Tensor, Tensor]:
+        """(rows, ids) on `device`, without the ids past the logits' V (a tokenizer with
+        more entries than the model has outputs)."""
+        if len(self.index.texts) > v:
+            r, c = r[c < v], c[c < v]
+        return r.to(device), c.to(device)
 
     def advance(self, tokens: Tensor) -> None:
         """tokens [N]: the ids chosen at this step (end-of-text on finished rows)."""

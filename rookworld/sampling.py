@@ -290,7 +290,8 @@ def decode_tokens(logits: Tensor, forward_one: Callable[[Tensor, int], Tensor],
     """The token loop both samplers share: logits [N,V] of the first completion token;
     forward_one(tokens [N], t) -> the next logits. Stops when every row has ended or at
     max_new_tokens. constraint: None, or an object with mask(logits [N,V]) -> logits with
-    -inf at the tokens a row may not write, and advance(tokens [N]) after each choice
+    -inf at the tokens a row may not write (it may write into the step's logits, which
+    nothing else reads), and advance(tokens [N]) after each choice
     (`legal_mask.LegalMoveConstraint`); the log-probs are then those of the masked
     distribution. -> (tokens [N,T], their log-probs [N,T], ended [N], width, mask [N,w])."""
     n, t_max, device = logits.shape[0], settings.max_new_tokens, logits.device

@@ -14,8 +14,9 @@ from transformers import PreTrainedTokenizerFast
 from rookworld import backends
 from rookworld.backends.hf import HFBackend
 from rookworld.chess_tasks import parse_policy
-from rookworld.config import pkg_data
+from rookworld.config import compose, pkg_data, validate
 from rookworld.data_io import read_samples
+from rookworld.errors import ConfigError
 from rookworld.evaluation import Evaluator
 from rookworld.legal_mask import legal_move_constraint
 from rookworld.model import build_char_tokenizer, load_embedded
@@ -235,10 +236,10 @@ def test_both_backends_decode_the_same_masked_moves(embedded, p_samples):
 def test_evaluator_masks_p_when_its_settings_say_so(embedded, p_samples):
     """Evaluator with legal_moves=mask gives P completions whose B: move is legal, and
     leaves them free otherwise (the shipped model names some illegal ones)."""
-    chunk = p_samples[:12]
+    chunk = p_samples[:8]
     rates = {}
     for mode in ("free", "mask"):
-        ev = Evaluator(chunk, per_task_settings(legal_moves=mode), batch_size=12)
+        ev = Evaluator(chunk, per_task_settings(legal_moves=mode), batch_size=8)
         metrics, _ = ev(embedded, lambda s, t: SimpleNamespace(score=0.0))
         rates[mode] = metrics["eval/P/best_legal"]
     assert rates["mask"] == 1.0 > rates["free"]
@@ -249,6 +250,14 @@ def test_settings_name_the_legal_moves_key():
         SamplingSettings(legal_moves="on")
     with pytest.raises(ValueError, match="min_new_tokens must be 0 with legal_moves=mask"):
         per_task_settings(per_task={"P": {"legal_moves": "mask", "min_new_tokens": 2}})
+
+
+@pytest.mark.parametrize("override", ["sampler.legal_moves=mask",
+                                      "+sampler.per_task.P.legal_moves=mask"])
+def test_training_refuses_the_mask(override):
+    validate(compose(["sampler.legal_moves=free"]))
+    with pytest.raises(ConfigError, match="legal_moves=mask is for evaluation and play only"):
+        validate(compose([override]))
 
 
 @pytest.mark.slow
