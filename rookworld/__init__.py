@@ -8,11 +8,11 @@ is listed; a subpackage's name covers its modules):
         memory
     tasks: chess_tasks
     maths: gpt2, forward, forward_attention, forward_blocks, forward_gelu, forward_matmul,
-        tape, sampling, advantages, kl, grpo, guards, sft
+        tape, sampling, legal_mask, advantages, kl, grpo, guards, sft
     config: config
     data and rewards: data, data_io, task_mix, rewards
     backend: backends, model
-    engine: engine, batch, credit, anchor, prompt_filter, evaluation, runtime
+    engine: engine, batch, credit, anchor, prompt_filter, evaluation, runtime, strength
     tracking: checkpoint, loggers, report, diff, resume, model_card, sweeps
     entry points: train, pretrain, evaluate
 

@@ -21,7 +21,7 @@ import chess
 import chess.engine
 import chess.pgn
 
-from ..chess_tasks.engine import find_engine
+from ..chess_tasks.engine import end_engine, find_engine
 
 ILLEGAL, UNPARSEABLE, PLY_LIMIT, VOID = ("illegal move", "unparseable move", "ply limit",
                                          "void: the engine died")
@@ -102,11 +102,11 @@ class EngineOpponent:
         probe = self._open(None)
         option = probe.options.get("UCI_Elo")
         if option is None or "UCI_LimitStrength" not in probe.options:
-            probe.quit()
+            end_engine(probe)
             raise ValueError(f"{self.path} has no UCI_LimitStrength/UCI_Elo options")
         self.elo = int(option.min) if elo is None else int(elo)
         if not option.min <= self.elo <= option.max:
-            probe.quit()
+            end_engine(probe)
             raise ValueError(f"engine elo {self.elo} outside the engine's UCI_Elo range "
                              f"[{option.min}, {option.max}]")
         probe.configure({"UCI_LimitStrength": True, "UCI_Elo": self.elo})
@@ -131,10 +131,7 @@ class EngineOpponent:
             except (chess.engine.EngineTerminatedError, chess.engine.EngineError):
                 with self._lock:
                     self.restarts += 1
-                try:
-                    self._engines[i].close()
-                except Exception:  # noqa: BLE001 - the process is gone; closing is best effort
-                    pass
+                end_engine(self._engines[i], timeout=1.0)
                 self._engines[i] = self._open(self.elo)
                 if attempt:
                     raise EngineVoid(f"the engine died twice on one move in {board.fen()}"
@@ -162,11 +159,9 @@ class EngineOpponent:
         return result
 
     def close(self) -> None:
+        """Ends every engine process (idempotent)."""
         for e in self._engines:
-            try:
-                e.quit()
-            except Exception:  # noqa: BLE001 - a dead process cannot quit; close it instead
-                e.close()
+            end_engine(e)
         self._engines = []
 
     def __enter__(self) -> EngineOpponent:

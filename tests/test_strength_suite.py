@@ -1,0 +1,131 @@
+"""The strength suite end to end on the shipped model, centipawn loss against a real
+Stockfish, and the suite inside training's before/after table."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import chess
+import pytest
+
+from rookworld.model import load_embedded
+from rookworld.sampling import per_task_settings
+from rookworld.strength import StrengthSuite, SuiteSettings
+from rookworld.strength.acpl import CAP, centipawn_loss, clip_cp, move_losses
+from rookworld.strength.player import ModelPlayer
+
+ASSETS = Path(__file__).resolve().parents[1] / "rookworld" / "assets" / "strength"
+needs_stockfish = pytest.mark.skipif(
+    not any(os.path.exists(p) for p in ("/usr/games/stockfish", "/usr/bin/stockfish")),
+    reason="needs Stockfish")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def small(**over) -> SuiteSettings:
+    base = dict(puzzles_file=str(ASSETS / "lichess_puzzles.csv"),
+                openings_file=str(ASSETS / "openings.txt"), puzzles=6, random_games=2,
+                engine_games=0, selfplay_games=2, acpl_positions=4, max_plies=12,
+                progress=False)
+    return SuiteSettings(**(base | over))
+
+
+def test_centipawn_loss_by_hand():
+    assert centipawn_loss(1.5, -2.0) == 350  # a blunder
+    assert centipawn_loss(0.3, 0.3) == 0 and centipawn_loss(0.2, 0.5) == 0  # never negative
+    assert clip_cp(999.99) == CAP and clip_cp(-999.99) == -CAP
+    assert centipawn_loss(999.99, 0.5) == CAP - 50  # a missed mate costs at most CAP
+
+
+@needs_stockfish
+def test_move_losses_against_stockfish_best_free_blunder_and_illegal():
+    from rookworld.chess_tasks.engine import EnginePool
+
+    # queen against bishop: Qd1-f3 walks onto the bishop's diagonal and is taken
+    fen = "4k3/1b6/8/8/8/8/8/3QK3 w - - 0 1"
+    with EnginePool(processes=1, depth=8, multipv=1) as pool:
+        best = pool.analyse(fen).moves[0]
+        losses = move_losses(pool, [fen, fen, fen, fen], [best, "d1f3", "e1e3", None])
+    assert losses[0].loss == 0 and not losses[0].blunder
+    assert losses[1].loss >= 300 and losses[1].blunder
+    assert losses[2].loss is None and losses[3].loss is None  # illegal, missing
+
+
+def test_settings_refuse_bad_values_naming_the_key():
+    with pytest.raises(ValueError, match="strength.modes"):
+        small(modes=["greedy"])
+    with pytest.raises(ValueError, match="strength.random_games"):
+        small(random_games=-1)
+    assert not small(puzzles=0, random_games=0, selfplay_games=0, acpl_positions=0).enabled
+
+
+@needs_stockfish
+def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines(tmp_path):
+    policy = load_embedded()
+    p_settings = per_task_settings()["P"]
+    fens = ["rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+            "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+            "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1", "6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"]
+    suite = StrengthSuite(small(), fens, tmp_path)
+    metrics, values, text = suite(policy, p_settings, label="shipped")
+    pids = suite.pool().pids()
+    suite.close()
+    assert not any(alive(p) for p in pids)
+    for mode in ("", "_masked"):
+        for name in ("puzzles_first", "puzzles_line", "puzzles_illegal", "random_score",
+                     "random_illegal_loss", "selfplay_plies", "acpl_illegal"):
+            key = f"eval/strength/{name}{mode}"
+            assert key in metrics and f"eval_se/strength/{name}{mode}" in metrics
+            assert 0 <= metrics[key] <= (12 if "plies" in name else 1)
+        assert len(values[f"eval/strength/puzzles_first{mode}"]) == 6
+        assert len(values[f"eval/strength/random_score{mode}"]) == 2
+    # the mask takes illegal B: moves out: no puzzle or game is lost to one
+    assert metrics["eval/strength/puzzles_illegal_masked"] <= metrics["eval/strength/puzzles_illegal"]
+    assert "## free" in text and "## mask" in text and "Wilson" in text
+    d = tmp_path / "shipped"
+    assert {p.name for p in d.iterdir()} >= {
+        "strength.md", "strength.json", "games_random_free.pgn", "games_random_mask.pgn",
+        "games_selfplay_free.pgn", "games_selfplay_mask.pgn"}
+    report = json.loads((d / "strength.json").read_text())
+    assert len(report["free"]["puzzles"]["rows"]) == 6
+
+
+def test_the_greedy_player_is_deterministic_and_reads_the_b_move():
+    policy = load_embedded()
+    player = ModelPlayer(policy, per_task_settings()["P"])
+    fens = [chess.STARTING_FEN, "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"]
+    first = player.answers(fens)
+    assert [a.move for a in first] == player(fens)
+    assert all(a.move is None or "B:" in a.text for a in first)
+
+
+@pytest.mark.slow
+@needs_stockfish
+def test_training_carries_strength_into_its_before_after_table(tmp_path, tiny_overrides):
+    import subprocess
+    import sys
+
+    over = [o for o in tiny_overrides if o != "strength=none"] + [
+        "strength=fast", "strength.puzzles=6", "strength.random_games=2",
+        "strength.selfplay_games=2", "strength.acpl_positions=4", "strength.max_plies=8",
+        "steps=1", f"hydra.run.dir={tmp_path}/run"]
+    r = subprocess.run([sys.executable, "-m", "rookworld.train", *over], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = (tmp_path / "run" / "eval_before_after.md").read_text()
+    row = next(line for line in table.splitlines()
+               if line.startswith("| eval/strength/puzzles_first |"))
+    assert row.count("±") == 3  # before, after, and the paired change
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [x for x in rows if "eval/strength/random_score" in x]
+    assert [x["step"] for x in evals] == [-1, 0]
+    assert "eval_dse/strength/puzzles_first" in evals[-1]
+    assert (tmp_path / "run" / "strength" / "step-1" / "games_random_mask.pgn").exists()
