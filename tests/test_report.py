@@ -167,3 +167,19 @@ def test_a_change_on_the_same_samples_gets_the_paired_interval():
     first = {"eval/P/best": 0.5, "eval_se/P/best": 0.289}
     last = {"eval/P/best": 0.75, "eval_se/P/best": 0.25, "eval_dse/P/best": 0.25}
     assert change_with_interval(first, last, "eval/P/best") == "+0.250 ± 0.490"  # 1.96 * 0.25
+
+
+def test_strength_figures_are_plotted_and_their_losses_are_lower_better(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]]
+    strength = {-1: (0.05, 170.0, 0.20), 1: (0.08, 120.0, 0.10), 3: (0.06, 140.0, 0.15)}
+    for r in rows:
+        if r["step"] in strength and "eval/reward" in r:
+            first, acpl, illegal = strength[r["step"]]
+            r |= {"eval/strength/puzzles_first": first, "eval/strength/acpl": acpl,
+                  "eval/strength/puzzles_illegal": illegal}
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = report.write_report(run_dir).read_text()
+    assert "| eval/strength/puzzles_first | 0.050 | 0.060 | +0.010 | 0.080 (1) |" in md
+    assert "| eval/strength/acpl | 170.000 | 140.000 | -30.000 | 120.000 (1) |" in md
+    assert "| eval/strength/puzzles_illegal | 0.200 | 0.150 | -0.050 | 0.100 (1) |" in md
+    assert (run_dir / "report" / "strength.png").stat().st_size > 10_000
