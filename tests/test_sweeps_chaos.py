@@ -46,7 +46,7 @@ def _victim(logs, study_dir, storage, study):
 @pytest.mark.slow
 def test_three_workers_one_killed_mid_trial_leave_distinct_points_and_no_running_trial(
         tiny_overrides, tmp_path):
-    url, study, n_trials = _fresh_database(pg_url()), f"chaos{uuid.uuid4().hex[:8]}", 4
+    url, study, n_trials = _fresh_database(pg_url()), f"chaos{uuid.uuid4().hex[:8]}", 5
     args = [a for a in tiny_overrides if a != "num_generations=2"]  # searched, not fixed
     cmd = [sys.executable, "-m", "rookworld.train", "-m", SEARCH, *args, "batch_size=8",
            "eval_every=0", f"hydra.sweeper.n_trials={n_trials}", f"sweep.storage={url}",
