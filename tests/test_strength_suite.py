@@ -87,7 +87,7 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
             assert 0 <= metrics[key] <= (12 if "plies" in name else 1)
         assert len(values[f"eval/strength/puzzles_first{mode}"]) == 6
         assert len(values[f"eval/strength/random_score{mode}"]) == 2
-    # the mask takes illegal B: moves out: no puzzle or game is lost to one
+    # the mask takes illegal B: moves out (an answer without a B: field stays unparseable)
     assert metrics["eval/strength/puzzles_illegal_masked"] <= metrics["eval/strength/puzzles_illegal"]
     assert "## free" in text and "## mask" in text and "Wilson" in text
     d = tmp_path / "shipped"
@@ -96,6 +96,20 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
         "games_selfplay_free.pgn", "games_selfplay_mask.pgn"}
     report = json.loads((d / "strength.json").read_text())
     assert len(report["free"]["puzzles"]["rows"]) == 6
+
+
+@needs_stockfish
+def test_empty_measures_are_left_out_and_unaligned_ones_are_not_paired(tmp_path):
+    """A model with no legal answer has no centipawn loss (not a perfect 0); the loss of
+    legal answers only is never paired between two evaluations."""
+    policy = load_embedded()
+    suite = StrengthSuite(small(puzzles=0, random_games=0, selfplay_games=0, acpl_positions=2,
+                                modes=["free"]), ["8/8/8/8/8/8/8/K6k w - - 0 1"] * 2)
+    with suite:
+        metrics, values, _ = suite(policy, per_task_settings(max_new_tokens=2)["P"])
+    assert "eval/strength/acpl" not in metrics and "eval/strength/blunder" not in metrics
+    assert metrics["eval/strength/acpl_illegal"] == 1.0
+    assert "eval/strength/acpl_illegal" in values
 
 
 def test_the_greedy_player_is_deterministic_and_reads_the_b_move():

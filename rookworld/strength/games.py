@@ -3,13 +3,14 @@ or against itself, many games in lockstep so that the model answers them in one 
 
 An illegal or unparseable move loses the game for the side that made it (the game's
 record keeps the move in a comment). A game also ends on the board (checkmate,
-stalemate, insufficient material, a claimable draw by threefold repetition or the
-50-move rule) or at the ply limit, scored a draw there. A game in which the engine
+stalemate, insufficient material, a position that has occurred three times, 50 moves
+without a capture or pawn move) or at the ply limit, scored a draw there. A game in which the engine
 opponent died twice on one move is void: recorded, never scored.
 """
 
 from __future__ import annotations
 
+import datetime
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -100,35 +101,49 @@ class EngineOpponent:
         self._engines: list[chess.engine.SimpleEngine] = []
         self._lock = threading.Lock()
         probe = self._open(None)
+        try:
+            self._configure(probe, elo, processes)
+        except BaseException:
+            for e in [probe, *self._engines]:
+                end_engine(e)
+            self._engines = []
+            raise
+        self.name = f"stockfish UCI_Elo={self.elo} {seconds:g}s/move"
+
+    def _configure(self, probe, elo: int | None, processes: int) -> None:
         option = probe.options.get("UCI_Elo")
         if option is None or "UCI_LimitStrength" not in probe.options:
-            end_engine(probe)
             raise ValueError(f"{self.path} has no UCI_LimitStrength/UCI_Elo options")
         self.elo = int(option.min) if elo is None else int(elo)
         if not option.min <= self.elo <= option.max:
-            end_engine(probe)
             raise ValueError(f"engine elo {self.elo} outside the engine's UCI_Elo range "
                              f"[{option.min}, {option.max}]")
         probe.configure({"UCI_LimitStrength": True, "UCI_Elo": self.elo})
-        self._engines = [probe] + [self._open(self.elo) for _ in range(processes - 1)]
-        self.name = f"stockfish UCI_Elo={self.elo} {seconds:g}s/move"
+        self._engines = [probe]
+        for _ in range(processes - 1):
+            self._engines.append(self._open(self.elo))
 
     def _open(self, elo: int | None) -> chess.engine.SimpleEngine:
         engine = chess.engine.SimpleEngine.popen_uci(self.path)
-        engine.configure({"Threads": 1, "Hash": 16})
-        if elo is not None:
-            engine.configure({"UCI_LimitStrength": True, "UCI_Elo": elo})
+        try:
+            engine.configure({"Threads": 1, "Hash": 16})
+            if elo is not None:
+                engine.configure({"UCI_LimitStrength": True, "UCI_Elo": elo})
+        except BaseException:
+            end_engine(engine)
+            raise
         return engine
 
     def pids(self) -> list[int]:
         return [e.transport.get_pid() for e in self._engines]
 
-    def _move(self, i: int, board: chess.Board) -> str:
+    def _move(self, i: int, board: chess.Board, game: int) -> str:
         for attempt in range(2):
             try:
-                return self._engines[i].play(board, chess.engine.Limit(time=self.seconds)
-                                             ).move.uci()
-            except (chess.engine.EngineTerminatedError, chess.engine.EngineError):
+                return self._engines[i].play(board, chess.engine.Limit(time=self.seconds),
+                                             game=game).move.uci()
+            except (chess.engine.EngineTerminatedError, chess.engine.EngineError,
+                    TimeoutError):  # died, or hung past python-chess's timeout
                 with self._lock:
                     self.restarts += 1
                 end_engine(self._engines[i], timeout=1.0)
@@ -146,7 +161,7 @@ class EngineOpponent:
             out = []
             for j in range(k, len(boards), n):
                 try:
-                    out.append((j, self._move(k, boards[j])))
+                    out.append((j, self._move(k, boards[j], games[j])))
                 except EngineVoid:
                     out.append((j, None))
             return out
@@ -200,10 +215,17 @@ class GameRecord:
 
 
 def _over(board: chess.Board) -> tuple[str, str] | None:
-    outcome = board.outcome(claim_draw=True)
-    if outcome is None:
-        return None
-    return outcome.result(), outcome.termination.name.lower().replace("_", " ")
+    """(result, termination) once the game is over on the board: a draw by repetition or
+    the 50-move rule only once it has happened (python-chess's claim_draw also ends a
+    game where the side to move merely could repeat)."""
+    outcome = board.outcome(claim_draw=False)
+    if outcome is not None:
+        return outcome.result(), outcome.termination.name.lower().replace("_", " ")
+    if board.is_repetition(3):
+        return "1/2-1/2", "threefold repetition"
+    if board.halfmove_clock >= 100:
+        return "1/2-1/2", "fifty moves"
+    return None
 
 
 def play_games(openings: Sequence[Opening], colours: Sequence[chess.Color | None],
@@ -235,7 +257,10 @@ def play_games(openings: Sequence[Opening], colours: Sequence[chess.Color | None
         mine = sorted(i for i in active if records[i].model_color in (None, boards[i].turn))
         theirs = sorted(active - set(mine))
         if mine:
-            for i, move in zip(mine, model([boards[i].fen() for i in mine])):
+            said = model([boards[i].fen() for i in mine])
+            if len(said) != len(mine):
+                raise ValueError(f"the player answered {len(said)} of {len(mine)} positions")
+            for i, move in zip(mine, said):
                 loser_white = boards[i].turn == chess.WHITE
                 lost = "0-1" if loser_white else "1-0"
                 if move is None:
@@ -269,18 +294,25 @@ def _push(board: chess.Board, rec: GameRecord, move: chess.Move, max_plies: int,
         finish(i, "1/2-1/2", PLY_LIMIT)
 
 
+# PGN's Termination tag takes a few standard values; the detail goes to the Ending tag
+PGN_TERMINATION = {ILLEGAL: "rules infraction", UNPARSEABLE: "rules infraction",
+                   PLY_LIMIT: "adjudication", VOID: "unterminated"}
+
+
 def to_pgn(rec: GameRecord, event: str, round_: int, headers: dict | None = None
            ) -> chess.pgn.Game:
-    """The game as PGN: players, result, termination, the start position (FEN/SetUp
-    when it is not the initial one: the opening's moves are played out instead), the
-    illegal move in a comment on the last move, and `headers` (the settings)."""
+    """The game as PGN: players, result, Termination (standard values) and Ending (how
+    exactly), the opening's moves played out from the initial position, the illegal move
+    in a comment on the last move, and `headers` (the settings)."""
     game = chess.pgn.Game()
     game.headers["Event"] = event
     game.headers["Site"] = "rookworld"
+    game.headers["Date"] = datetime.date.today().strftime("%Y.%m.%d")
     game.headers["Round"] = str(round_)
     game.headers["White"], game.headers["Black"] = rec.white, rec.black
     game.headers["Result"] = rec.result
-    game.headers["Termination"] = rec.termination
+    game.headers["Termination"] = PGN_TERMINATION.get(rec.termination, "normal")
+    game.headers["Ending"] = rec.termination
     game.headers["Opening"] = rec.opening.name
     for k, v in (headers or {}).items():
         game.headers[k] = str(v)

@@ -84,6 +84,8 @@ def _parse_row(row: dict, line: int) -> Puzzle:
         rating = int(row["Rating"])
     except (TypeError, ValueError):
         raise ValueError(f"Rating {row['Rating']!r} is not a whole number") from None
+    if rating < 0:
+        raise ValueError(f"Rating {rating} is negative")
     return Puzzle(row["PuzzleId"], after.fen(), tuple(moves[1:]), rating,
                   tuple((row["Themes"] or "").split()), line)
 
@@ -171,6 +173,8 @@ def solve(puzzles: Sequence[Puzzle], player: Callable[[list[str]], list[str | No
     while any(alive):
         idx = [i for i, a in enumerate(alive) if a]
         said = player([boards[i].fen() for i in idx])
+        if len(said) != len(idx):
+            raise ValueError(f"the player answered {len(said)} of {len(idx)} puzzles")
         for i, answer in zip(idx, said):
             listed = puzzles[i].solution[2 * turn]
             answers[i].append(answer)

@@ -52,11 +52,11 @@ class SuiteSettings:
     progress: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "modes", tuple(self.modes))
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise ValueError(f"strength.modes must be a non-empty list of {MODES}, got "
-                             f"{list(self.modes)}")
+        modes = [self.modes] if isinstance(self.modes, str) else list(self.modes)
+        if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+            raise ValueError(f"strength.modes must be a list of distinct modes out of {MODES}, "
+                             f"got {self.modes!r}")
+        object.__setattr__(self, "modes", tuple(modes))
         for key in ("puzzles", "random_games", "engine_games", "selfplay_games",
                     "acpl_positions"):
             if getattr(self, key) < 0:
@@ -67,6 +67,8 @@ class SuiteSettings:
                              "must be >= 1")
         if self.temperature < 0:
             raise ValueError(f"strength.temperature must be >= 0, got {self.temperature}")
+        if self.engine_seconds <= 0:
+            raise ValueError(f"strength.engine_seconds must be > 0, got {self.engine_seconds}")
 
     @property
     def enabled(self) -> bool:
@@ -146,9 +148,12 @@ class StrengthSuite:
                 part["acpl"] = self._acpl(player, mode)
             report[mode] = part
             for name, vals in _flat(part).items():
+                if not vals:  # e.g. no legal answer to take a centipawn loss of
+                    continue
                 key = f"{prefix}/strength/{name}{suffix}"
                 metrics[key], metrics[se_key(key)] = mean_se(vals)
-                values[key] = vals
+                if name not in UNPAIRED:
+                    values[key] = vals
             for name, value in _flat_scalars(part).items():
                 metrics[f"{prefix}/strength/{name}{suffix}"] = value
         text = markdown(report, self.s, label)
@@ -211,6 +216,12 @@ class StrengthSuite:
             losses = move_losses(self.pool(), self.acpl_fens, moves)
             bar.update(len(losses))
         return {"limit": self.pool().limit_label, "losses": [m.loss for m in losses]}
+
+
+# measures whose k-th value is not the k-th item of a fixed list (legal answers only, games
+# whose moves do not repeat): kept out of the per-sample values, so that a change is given
+# the interval of two independent means, not a paired one
+UNPAIRED = ("acpl", "blunder", "engine_score", "engine_illegal_loss")
 
 
 def _colour(r) -> str:
@@ -287,10 +298,13 @@ def _mean(values: list[float], spec: str = ".3f") -> str:
 def markdown(report: dict, s: SuiteSettings, label: str) -> str:
     """The suite's tables for each mode: shares with Wilson ~95% intervals, means with
     normal ~95% intervals, the self-play median with a bootstrap interval."""
+    how = "Greedy B: move" if s.temperature == 0 else \
+        f"B: move sampled at temperature {s.temperature}"
     lines = [f"# Playing strength: {label}", "",
-             f"Greedy B: move (temperature {s.temperature}, seed {s.seed}); 'free' reads the "
+             f"{how} (seed {s.seed}); 'free' reads the "
              "model's own answer, 'mask' decodes the B: move along legal moves only. Shares "
-             "carry Wilson ~95% intervals, means normal ~95% intervals."]
+             "carry Wilson ~95% intervals (a game score too, draws counting half), means normal "
+             "~95% intervals."]
     for mode, part in report.items():
         lines += ["", f"## {mode}", ""]
         if "puzzles" in part:
@@ -339,24 +353,27 @@ def _games_lines(games: dict) -> list[str]:
     vs = {k: v for k, v in games.items() if k != "selfplay"}
     if vs:
         lines += ["", "### Games", "",
-                  "| opponent | games | W | D | L | void | illegal losses | score | ~95% "
-                  "interval | Elo (~95% interval) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| opponent | games | W | D | L | of which at the ply limit | void | illegal "
+                  "losses | score | ~95% interval | Elo (~95% interval) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for g in vs.values():
             played = [x for x in g["games"] if x["score"] is not None]
             scores = [x["score"] for x in played]
             c = Counter(x["score"] for x in played)
             illegal = sum(x["termination"] in ("illegal move", "unparseable move")
                           for x in played)
-            m, half = stats.mean_interval(scores)
+            lo_s, hi_s = stats.wilson(sum(scores), len(scores))
+            limit = sum(x["termination"] == "ply limit" for x in played)
             elo = "-"
             if g["anchor"] is not None and scores:
                 e = stats.elo_estimate(scores, g["anchor"])
                 lo = f"{e['low']:.0f}" if e["low"] is not None else "-inf"
                 hi = f"{e['high']:.0f}" if e["high"] is not None else "+inf"
                 elo = (f"{e['elo']:.0f} " if e["elo"] is not None else "") + f"[{lo}, {hi}]"
+            score = f"{sum(scores) / len(scores):.3f}" if scores else "-"
             lines.append(f"| {g['opponent']} | {len(g['games'])} | {c[1.0]} | {c[0.5]} | "
-                         f"{c[0.0]} | {len(g['games']) - len(played)} | {illegal} | "
-                         f"{m:.3f} | ± {0 if math.isnan(half) else half:.3f} | {elo} |")
+                         f"{c[0.0]} | {limit} | {len(g['games']) - len(played)} | {illegal} | "
+                         f"{score} | [{lo_s:.3f}, {hi_s:.3f}] | {elo} |")
     if "selfplay" in games:
         sp = games["selfplay"]["games"]
         plies = [x["plies"] for x in sp]
