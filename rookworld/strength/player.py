@@ -40,6 +40,7 @@ class ModelPlayer:
         self.settings = replace(settings, temperature=temperature, top_k=0, top_p=1.0)
         device = next(policy.model.parameters()).device
         self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.on_batch = None  # on_batch(n) after each batch of n answers (a progress bar)
 
     def answers(self, fens: list[str]) -> list[Answer]:
         out: list[Answer] = []
@@ -56,6 +57,8 @@ class ModelPlayer:
                                **extra)
             texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
             out += [Answer(parse_policy(t).best or None, t) for t in texts]
+            if self.on_batch is not None:
+                self.on_batch(len(chunk))
         return out
 
     def __call__(self, fens: list[str]) -> list[str | None]:

@@ -129,8 +129,8 @@ class StrengthSuite:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _bar(self, total: int, desc: str):
-        return tqdm(total=total, desc=desc, unit="it", leave=False, mininterval=2,
+    def _bar(self, total: int | None, desc: str, unit: str = "it"):
+        return tqdm(total=total, desc=desc, unit=unit, leave=False, mininterval=2,
                     disable=not self.s.progress)
 
     def __call__(self, policy, p_settings, label: str = "model", prefix: str = "eval"
@@ -166,12 +166,13 @@ class StrengthSuite:
 
     def _puzzles(self, player, mode: str) -> dict:
         puzzles = self.puzzle_set.puzzles
-        with self._bar(len(puzzles), f"puzzles ({mode})") as bar:
-            def ask(fens):
-                out = player(fens)
-                bar.update(len(fens) if len(fens) == len(puzzles) else 0)
-                return out
-            results = solve(puzzles, ask)
+        with self._bar(None, f"puzzles ({mode}, {len(puzzles)} first answers + the lines)",
+                       "answer") as bar:
+            player.on_batch = bar.update
+            try:
+                results = solve(puzzles, player)
+            finally:
+                player.on_batch = None
         rows = [{"id": r.puzzle.puzzle_id, "rating": r.puzzle.rating, "band": r.puzzle.band,
                  "themes": [t for t in r.puzzle.themes if t in THEMES],
                  "first": float(r.first), "line": float(r.line), "illegal": float(r.illegal),
@@ -211,10 +212,14 @@ class StrengthSuite:
         return out
 
     def _acpl(self, player, mode: str) -> dict:
-        with self._bar(len(self.acpl_fens), f"centipawn loss ({mode})") as bar:
-            moves = player(self.acpl_fens)
-            losses = move_losses(self.pool(), self.acpl_fens, moves)
-            bar.update(len(losses))
+        with self._bar(len(self.acpl_fens), f"centipawn loss ({mode}): answers",
+                       "answer") as bar:
+            player.on_batch = bar.update
+            try:
+                moves = player(self.acpl_fens)
+            finally:
+                player.on_batch = None
+        losses = move_losses(self.pool(), self.acpl_fens, moves)
         return {"limit": self.pool().limit_label, "losses": [m.loss for m in losses]}
 
 
