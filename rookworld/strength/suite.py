@@ -147,7 +147,7 @@ class StrengthSuite:
             if self.acpl_fens:
                 part["acpl"] = self._acpl(player, mode)
             report[mode] = part
-            for name, vals in _flat(part).items():
+            for name, vals in per_item_values(part).items():
                 if not vals:  # e.g. no legal answer to take a centipawn loss of
                     continue
                 key = f"{prefix}/strength/{name}{suffix}"
@@ -233,7 +233,7 @@ def _colour(r) -> str:
     return "both" if r.model_color is None else ("white" if r.model_color else "black")
 
 
-def _flat(part: dict) -> dict[str, list[float]]:
+def per_item_values(part: dict) -> dict[str, list[float]]:
     """Per-sample values of each measure whose figure is a mean."""
     out = {}
     if "puzzles" in part:
