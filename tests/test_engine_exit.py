@@ -27,7 +27,8 @@ except FileNotFoundError:
 
 def processes(field: int, value: int, name: str | None = None) -> set[int]:
     """Pids of the running processes (zombies excluded) whose /proc/PID/stat field after
-    the name (0: state, 1: parent, 3: session) is value, and whose name is name if given."""
+    the name (0: state, 1: parent, 3: sid, as setsid sets it) is value, and whose name is name if
+    given."""
     found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -130,9 +131,10 @@ def _script(body: str, tmp_path: Path, timeout: float = 60):
 
 
 def _watch(argv, cwd, timeout: float):
-    """Runs argv in a session of its own, noting its stockfish children while it runs;
-    returns (exit code, those pids, its output) once it exits and fails if any process of
-    its session outlives it. One still running at `timeout` seconds is killed and fails."""
+    """Runs argv under a sid of its own (setsid), noting its stockfish children
+    while it runs; returns (exit code, those pids, its output) once it exits and fails if
+    any process under that id outlives it. One still running at `timeout` seconds is
+    killed and fails."""
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     out, seen = [], set()
