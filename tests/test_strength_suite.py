@@ -142,4 +142,4 @@ def test_training_carries_strength_into_its_before_after_table(tmp_path, tiny_ov
     evals = [x for x in rows if "eval/strength/random_score" in x]
     assert [x["step"] for x in evals] == [-1, 0]
     assert "eval_dse/strength/puzzles_first" in evals[-1]
-    assert (tmp_path / "run" / "strength" / "step-1" / "games_random_mask.pgn").exists()
+    assert (tmp_path / "run" / "strength" / "step-1" / "games_random_free.pgn").exists()
