@@ -9,6 +9,7 @@ from pathlib import Path
 
 import chess
 import pytest
+from test_strength_games import alive
 
 from rookworld.model import load_embedded
 from rookworld.sampling import per_task_settings
@@ -20,14 +21,6 @@ ASSETS = Path(__file__).resolve().parents[1] / "rookworld" / "assets" / "strengt
 needs_stockfish = pytest.mark.skipif(
     not any(os.path.exists(p) for p in ("/usr/games/stockfish", "/usr/bin/stockfish")),
     reason="needs Stockfish")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def small(**over) -> SuiteSettings:
