@@ -226,10 +226,12 @@ def test_train_failing_after_the_engine_started_ends_stockfish(tiny_overrides, t
 @pytest.mark.slow
 def test_the_documented_engine_run_exits_by_itself(tmp_path):
     """The embedded model, bundled data: `python -m rookworld.train reward=engine steps=1
-    prompts_per_step=2 num_generations=2 data.eval_per_task=2 eval_every=0`."""
+    prompts_per_step=2 num_generations=2 data.eval_per_task=2 eval_every=0`, without the
+    strength suite (whose engines test_strength_suite follows)."""
     code, seen, out = _watch([sys.executable, "-m", "rookworld.train", "reward=engine",
                               "steps=1", "prompts_per_step=2", "num_generations=2",
                               "data.eval_per_task=2", "eval_every=0", "logger=none",
+                              "strength=none",  # the suite's own engines: test_strength_suite
                               f"hydra.run.dir={tmp_path}/run"], tmp_path, timeout=600)
     assert code == 0, out[-3000:]
     assert seen and not any(running(p) for p in seen)
