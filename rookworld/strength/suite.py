@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import chess
@@ -393,7 +393,3 @@ def _games_lines(games: dict) -> list[str]:
                   "- how the games ended: " + ", ".join(f"{k} {v}" for k, v in
                                                         ends.most_common())]
     return lines
-
-
-def settings_dict(s: SuiteSettings) -> dict:
-    return asdict(s)
