@@ -22,8 +22,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rookworld.data_io import read_samples
-from rookworld.model import build_random
+from rookworld.data.load import read_samples
+from rookworld.policy import build_random
 from rookworld.sft import encode, lm_loss, make_batch
 
 

@@ -61,7 +61,7 @@ def step_prompts(a) -> list[list]:
     its implementation's, not that of 100,000 training samples as Python objects (about
     210 MiB, which both workers would otherwise hold alike)."""
     from rookworld.config import instantiate
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg, _ = job_config(a)
     train = read_samples(cfg.data.train)
@@ -144,7 +144,7 @@ def trl_worker(a, conn, prompts: list) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rookworld import precision
-    from rookworld.model import build_random, save_policy
+    from rookworld.policy import build_random, save_policy
 
     cfg, reward = job_config(a)
     steps = a.warmup + a.steps

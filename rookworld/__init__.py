@@ -4,16 +4,16 @@ The modules in layers, bottom up; a module imports from its own layer and those 
 only, and no import cycle exists (tests/test_layout.py checks both, and that every module
 is listed; a subpackage's name covers its modules):
 
-    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, lr,
+    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, optim,
         memory
     tasks: chess_tasks
     maths: gpt2, forward, forward_attention, forward_blocks, forward_gelu, forward_matmul,
-        tape, sampling, legal_mask, advantages, kl, grpo, guards, sft
+        tape, sampling, legal_mask, advantages, kl_schedule, grpo, guards, sft
     config: config
-    data and rewards: data, data_io, task_mix, rewards
-    backend: backends, model
-    engine: engine, batch, credit, anchor, prompt_filter, evaluation, runtime, strength
-    tracking: checkpoint, loggers, report, diff, resume, model_card, sweeps
+    data and rewards: data, task_mix, rewards
+    backend: backends, policy
+    engine: engine, batch, credit, anchor, prompt_filter, held_out, runtime, strength
+    tracking: run_dir, loggers, report, diff, resume, model_card, sweeps
     entry points: train, pretrain, evaluate
 
 Importing the package bounds two CPU kernel caches before torch's oneDNN builds its first

@@ -26,7 +26,7 @@ from .chess_tasks import Sample
 from .distributed import DistContext
 from .engine_settings import EngineSettings
 from .forward import final_norm, lm_head
-from .lr import scale_lr
+from .optim import scale_lr
 from .runtime import mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
 
@@ -37,9 +37,9 @@ RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_me
 
 
 class GRPOEngine:
-    """policy: `model.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
+    """policy: `policy.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
     curriculum stage); advantage/loss: `grpo.GroupAdvantage`/`grpo.PolicyLoss`;
-    kl: a `kl.*` schedule; optim: `lr.AdamWSpec`; sampling: per-task settings;
+    kl: a `kl_schedule.*` schedule; optim: `optim.AdamWSpec`; sampling: per-task settings;
     settings: every other choice (`EngineSettings`); dist: a `distributed.DistContext`
     under torchrun (None: one process): each rank samples its share of the prompts and
     DistributedDataParallel averages gradients; anchor: an `anchor.Anchor` whose

@@ -18,8 +18,8 @@ from omegaconf import DictConfig
 
 from . import runtime
 from .config import WHITELIST, instantiate
-from .data_io import read_samples
-from .evaluation import Evaluator, before_after_table, paired_se
+from .data.load import read_samples
+from .held_out import Evaluator, before_after_table, paired_se
 from .files import atomic_write_text
 
 

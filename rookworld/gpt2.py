@@ -5,7 +5,7 @@ rookworld trains and samples through its own forward over a GPT-2's weights (`fo
 saver, and a plain forward for pretraining. Importing transformers' GPT2LMHeadModel
 (transformers.modeling_utils) costs every process seconds and memory beyond torch's,
 torch's compiler stack (torch._dynamo, sympy) among it, which a GRPO step here does not
-load (`lr.FusedAdamW`, `tape.backward_with`). This module keeps the same
+load (`optim.FusedAdamW`, `tape.backward_with`). This module keeps the same
 parameters under the same names and shapes (`transformer.h.0.attn.c_attn.weight`, the
 Conv1D layout [in, out], the output matrix tied to the token embedding), reads and writes
 the hub layout that transformers' class reads and writes (config.json + model.safetensors,

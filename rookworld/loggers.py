@@ -114,7 +114,7 @@ class ExamplesFile:
         """Drop rows of steps from next_step on (written after the checkpoint a resume
         continues from), so that the resumed run does not repeat them."""
         if self.path is not None and self.path.exists():
-            from .checkpoint import MetricsFile
+            from .run_dir import MetricsFile
             MetricsFile(self.path).truncate_to(next_step)
 
     def log_examples(self, rows: list[dict], step: int) -> None:

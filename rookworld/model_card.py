@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from .evaluation import INTERVAL_NOTE, with_interval
+from .held_out import INTERVAL_NOTE, with_interval
 
 P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")

@@ -23,10 +23,10 @@ from tqdm import tqdm
 
 from . import precision, runtime
 from .config import WHITELIST, instantiate
-from .data_io import read_samples
+from .data.load import read_samples
 from .evaluate import measure
 from .files import atomic_write_text, sha256_file
-from .model import save_policy
+from .policy import save_policy
 from .sft import encode, lm_loss, make_batch
 
 
@@ -44,7 +44,7 @@ class Curve:
     plots it. A resumed run appends to it."""
 
     def __init__(self, path: Path, policy, cfg, held_out):
-        from .evaluation import Evaluator
+        from .held_out import Evaluator
         self.path, self.policy, self.cfg = path, policy, cfg
         self.evaluator = Evaluator(held_out, instantiate(cfg.sampler),
                                    max_per_task=cfg.curve_per_task)
@@ -170,7 +170,7 @@ def main(cfg: DictConfig) -> None:
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
     if cfg.resume and (out / "checkpoint" / "state.pt").exists():
-        from .checkpoint import load_weights
+        from .run_dir import load_weights
         load_weights(policy.model, out / "checkpoint" / "model")
         # on the CPU first: a checkpoint written on a GPU resumes on a CPU-only machine
         # too (the optimiser moves its state to the parameters' device)

@@ -17,7 +17,7 @@ import math
 import time
 
 from .chess_tasks import Sample
-from .evaluation import Evaluator
+from .held_out import Evaluator
 
 
 class HardestGreedy:

@@ -27,7 +27,7 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from .evaluation import INTERVAL_NOTE, change_with_interval, with_interval  # noqa: E402
+from .held_out import INTERVAL_NOTE, change_with_interval, with_interval  # noqa: E402
 from .loggers import is_eval_row  # noqa: E402
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoint import RUN_CONFIG
+from .run_dir import RUN_CONFIG
 from .config import ConfigError, before_they_existed, fill_missing
 from .redact import restore_redacted
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from . import forward_matmul, precision, runtime
-from .checkpoint import (
+from .run_dir import (
     RUN_CONFIG,
     MetricsFile,
     RunLock,
@@ -43,12 +43,12 @@ from .config import (
     unread_additions,
     validate,
 )
-from .data_io import load_data
+from .data.load import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine
 from .engine_settings import EngineSettings, micro_batch_tokens
-from .evaluation import Evaluator, before_after_table, paired_se
+from .held_out import Evaluator, before_after_table, paired_se
 from .files import atomic_write_text
 from .guards import KLGuard, NaNGuard, Outcome
 from .memory import peak_memory_mb

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_faults_checkpoint import CORRUPTIONS  # noqa: E402 - the tests' damage kinds
 from test_faults_processes import children, running  # noqa: E402
 
-from rookworld.checkpoint import MetricsFile, latest_checkpoint  # noqa: E402
+from rookworld.run_dir import MetricsFile, latest_checkpoint  # noqa: E402
 
 DATA = ROOT / "rookworld" / "assets" / "data" / "eval.jsonl.gz"
 TINY = ["model=tiny_random", "model.n_layer=2", "model.n_embd=32", "model.n_head=2",

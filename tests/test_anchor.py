@@ -7,7 +7,7 @@ from test_engine import LengthReward
 
 from rookworld.anchor import Anchor
 from rookworld.config import ConfigError, compose
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.train import build_engine, build_parts
 
 
@@ -79,7 +79,7 @@ def test_bad_settings_are_refused_by_name(kwargs, words):
 
 
 def test_a_run_whose_data_lacks_the_anchor_task_stops_before_training(tiny_overrides, tmp_path):
-    from rookworld.data_io import load_data
+    from rookworld.data.load import load_data
 
     p_only = tmp_path / "p.jsonl"
     cfg = compose(tiny_overrides)

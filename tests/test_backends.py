@@ -14,8 +14,8 @@ from rookworld.backends.fast_gpt2 import FastGPT2
 from rookworld.backends.hf import HFBackend
 from rookworld.backends.hub import load_hf
 from rookworld.config import ConfigError, compose, instantiate
-from rookworld.data_io import read_samples
-from rookworld.model import build_char_tokenizer, build_random, save_policy
+from rookworld.data.load import read_samples
+from rookworld.policy import build_char_tokenizer, build_random, save_policy
 from rookworld.sampling import SamplingSettings
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 

@@ -19,7 +19,7 @@ import chess
 import pytest
 from hydra.errors import HydraException
 
-from rookworld import model as model_mod
+from rookworld import policy as policy_mod
 from rookworld.config import ConfigError, compose
 from rookworld.train import build_parts, resolve_resume, run
 
@@ -112,7 +112,7 @@ def no_model(monkeypatch):
             raise AssertionError("a model was loaded before the bad input was reported")
         return refuse
     for name in ("build_random", "load_pretrained", "load_embedded"):
-        monkeypatch.setattr(model_mod, name, refusing(getattr(model_mod, name)))
+        monkeypatch.setattr(policy_mod, name, refusing(getattr(policy_mod, name)))
 
 
 @pytest.mark.parametrize("overrides,key", CONFIG_CASES, ids=[" ".join(o) for o, _ in CONFIG_CASES])
@@ -334,12 +334,12 @@ def test_a_missing_external_set_is_reported(tiny_overrides, tmp_path, capsys):
     from omegaconf import OmegaConf
 
     from rookworld.evaluate import measure
-    from rookworld.model import build_random
+    from rookworld.policy import build_random
     base = compose(tiny_overrides)
     cfg = OmegaConf.create({"sampler": base.sampler, "reward": base.reward,
                             "data": {"eval_per_task": 1,
                                      "external_eval": str(tmp_path / "missing.txt")}})
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
     held_out = read_samples(base.data.eval)
     policy = build_random(n_layer=1, n_embd=32, n_head=2, n_positions=320)
     assert "external" not in measure(policy, cfg, held_out)

@@ -11,7 +11,7 @@ def probe(experiment_script):
 
 
 def test_last_residual_gives_the_models_own_next_token_logits(probe):
-    from rookworld.model import build_random
+    from rookworld.policy import build_random
     policy = build_random(n_layer=2, n_embd=32, n_head=2, n_positions=64)
     prompts = ["P: 8/8/8/8/8/8/8/K6k w - - 0 1 ", "P: 4k3/8/8/8/8/8/8/4K3 b - - 3 9 "]
     ids = [policy.encode_prompt(p) for p in prompts]

@@ -8,7 +8,7 @@ from rookworld import credit
 from rookworld.chess_tasks.policy import policy_sample
 from rookworld.config import compose
 from rookworld.grpo import PolicyLoss
-from rookworld.model import build_char_tokenizer
+from rookworld.policy import build_char_tokenizer
 from rookworld.sampling import Rollout
 from rookworld.train import build_engine, build_parts
 from tests.test_engine import LengthReward
@@ -90,7 +90,7 @@ def test_per_token_advantages_equal_to_the_broadcast_give_the_same_loss():
 
 @pytest.mark.parametrize("backend", ["fast_gpt2", "hf"])
 def test_the_engine_trains_on_move_credit(tiny_overrides, backend):
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + [f"backend={backend}", "algorithm.credit=moves",
                                     "sampler.temperature=1.5", "optim.lr=1e-2"])

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from rookworld import distributed
 from rookworld.batch import Batch, merge_rollouts
 from rookworld.config import compose
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.rewards.base import Reward, Scored
 from rookworld.train import build_engine, build_parts
 

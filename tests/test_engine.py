@@ -29,7 +29,7 @@ def backend(request) -> list[str]:
 
 @pytest.fixture
 def engine_and_pools(tiny_overrides, backend):
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=1e-2",
                                               "kl=fixed"])
@@ -72,7 +72,7 @@ def test_reference_is_frozen_and_agrees_with_policy_at_step_zero(engine_and_pool
 def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides, backend):
     """With num_iterations > 1 the ratio moves after the first update: the logged ratio and
     clip fractions are the mean over the iterations (iteration 0 alone always reads 1 / 0)."""
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "optim.lr=5e-2",
                                               "algorithm.num_iterations=3"])
@@ -88,7 +88,7 @@ def test_clip_stats_cover_every_iteration_not_only_the_first(tiny_overrides, bac
 def _two_steps(overrides: list[str], keep, with_engine: bool = False) -> list:
     """Two seeded steps of a tiny engine (4 prompts each); keep(batch, metrics) per step
     (keep(batch, metrics, engine) with_engine)."""
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(overrides + ["sampler.temperature=1.5", "kl=fixed"])
     parts = build_parts(cfg)
@@ -266,7 +266,7 @@ def test_the_update_maps_big_blocks_only_under_its_threshold(tiny_overrides, mon
     them on the heap throughout. Also when the update raises."""
     if _mapped() is None:
         pytest.skip("glibc's mallinfo2 is needed to see the threshold")
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + ["kl=fixed", f"mmap_threshold_kib={setting}"])
     parts = build_parts(cfg)
@@ -335,7 +335,7 @@ def test_a_grpo_step_with_extreme_logits_at_pads_stays_finite(tiny_overrides, ba
     log-probs there lie thousands of nats from the reference's: the step must still give
     finite losses and gradients (no update skipped, every weight finite) for each KL."""
     from rookworld import engine as engine_mod
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + backend + ["sampler.temperature=1.5", "kl=fixed",
                                               "kl.beta=0.1", f"algorithm.kl_estimator={estimator}",

@@ -14,7 +14,7 @@ import chess
 import chess.engine
 import pytest
 
-from rookworld.chess_tasks.engine import EnginePool, find_engine
+from rookworld.chess_tasks.stockfish_pool import EnginePool, find_engine
 from rookworld.config import ConfigError, compose
 from rookworld.rewards import CurriculumReward, EngineReward, GraduatedReward
 from rookworld.train import run
@@ -161,7 +161,7 @@ def _watch(argv, cwd, timeout: float):
 
 def test_a_pool_left_open_does_not_keep_python_running(tmp_path):
     code, seen, out = _script("""
-        from rookworld.chess_tasks.engine import EnginePool
+        from rookworld.chess_tasks.stockfish_pool import EnginePool
         pool = EnginePool(processes=2, depth=3)
         print("pids", *pool.pids(), flush=True)
     """, tmp_path)
@@ -173,7 +173,7 @@ def test_a_pool_left_open_does_not_keep_python_running(tmp_path):
 
 def test_an_exception_after_the_pool_started_ends_its_engines(tmp_path):
     code, seen, out = _script("""
-        from rookworld.chess_tasks.engine import EnginePool
+        from rookworld.chess_tasks.stockfish_pool import EnginePool
         pool = EnginePool(processes=1, depth=3)
         print("pids", *pool.pids(), flush=True)
         raise RuntimeError("the run fails")

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from test_faults_checkpoint import CORRUPTIONS
 
-from rookworld.checkpoint import LATEST, CheckpointError, MetricsFile, latest_checkpoint
+from rookworld.run_dir import LATEST, CheckpointError, MetricsFile, latest_checkpoint
 from rookworld.config import compose
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
@@ -158,7 +158,7 @@ def test_a_full_disk_while_checkpointing_is_recorded_and_resumable(tiny_override
                                                                    monkeypatch, one_thread):
     import errno
 
-    from rookworld import checkpoint as ckpt_mod
+    from rookworld import run_dir as run_dir_mod
     overrides = tiny_overrides + ["steps=3", "checkpoint_every=1"]
     cfg = compose(overrides)
     _save_run_config(cfg, tmp_path)
@@ -170,10 +170,10 @@ def test_a_full_disk_while_checkpointing_is_recorded_and_resumable(tiny_override
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, path, *a, **k)
 
-    monkeypatch.setattr(ckpt_mod.torch, "save", disk_fills_at_checkpoint_2)
+    monkeypatch.setattr(run_dir_mod.torch, "save", disk_fills_at_checkpoint_2)
     with pytest.raises(CheckpointError, match="step-000002 .* failed \\(No space left on device"):
         run(cfg, tmp_path)
-    monkeypatch.setattr(ckpt_mod.torch, "save", real_save)
+    monkeypatch.setattr(run_dir_mod.torch, "save", real_save)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) \
         == [LATEST, "step-000001"]  # no temporary directory left behind
     outcome = json.loads((tmp_path / "outcome.json").read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rookworld.checkpoint import (
+from rookworld.run_dir import (
     LATEST,
     MANIFEST,
     CheckpointError,
@@ -58,7 +58,7 @@ def test_half_written_checkpoints_and_torn_pointer_are_ignored(tiny_engine, tmp_
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_written_files_follow_the_users_umask(tiny_engine, tmp_path, umask):
-    from rookworld.model import save_policy
+    from rookworld.policy import save_policy
     old = os.umask(umask)
     try:
         ckpt = save_checkpoint(tmp_path, 1, tiny_engine, {})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_faults import STATEFUL, _done_steps, _env, _train, assert_same_run
 
-from rookworld.checkpoint import latest_checkpoint
+from rookworld.run_dir import latest_checkpoint
 from rookworld.config import ConfigError, compose
 from rookworld.train import run
 
@@ -236,7 +236,7 @@ def test_killing_a_joblib_sweep_stops_its_workers(tiny_overrides, tmp_path):
 def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
         tiny_overrides, tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from rookworld.checkpoint import RunLock\n"
+        [sys.executable, "-c", "import sys, time; from rookworld.run_dir import RunLock\n"
          f"with RunLock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(300)"],
         stdout=subprocess.PIPE, text=True)
     try:

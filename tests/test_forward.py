@@ -12,7 +12,7 @@ from rookworld.forward import (
     logprob_chunk_rows,
     unique_prompts,
 )
-from rookworld.model import build_random
+from rookworld.policy import build_random
 from rookworld.sampling import SamplingSettings, group_order, left_pad, sample
 
 

@@ -326,7 +326,7 @@ def test_a_damaged_data_file_is_a_named_error_or_a_counted_skip(kind, at, junk):
     from pathlib import Path
 
     from rookworld.config import ConfigError
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     raw, packed = _mutated_copies()
     data, suffix = (packed, ".jsonl.gz") if kind.startswith("gzip") else (raw, ".jsonl")

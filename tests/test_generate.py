@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rookworld.chess_tasks.engine import find_engine
+from rookworld.chess_tasks.stockfish_pool import find_engine
 from rookworld.data.generate import run
 from rookworld.data.loaders import load_samples
 

@@ -105,12 +105,12 @@ def test_bad_checkpoints_are_refused_with_their_reason(tmp_path):
 
 def test_a_grpo_step_imports_no_model_classes_or_compiler(tiny_overrides):
     """A rollout and an update load neither transformers.modeling_utils nor torch's compiler
-    stack (torch._dynamo, sympy; `lr.FusedAdamW`, `tape.backward_with`): what that saves
+    stack (torch._dynamo, sympy; `optim.FusedAdamW`, `tape.backward_with`): what that saves
     a GRPO process is in benchmarks/README.md."""
     code = f"""
 import sys
 from rookworld.config import compose, instantiate
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.train import build_engine, build_parts
 cfg = compose({tiny_overrides!r})
 engine = build_engine(cfg, build_parts(cfg), instantiate(cfg.reward))

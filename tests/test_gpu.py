@@ -9,7 +9,7 @@ import torch
 from test_engine import LengthReward
 
 from rookworld.config import compose
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.train import build_engine, build_parts, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

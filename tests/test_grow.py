@@ -10,7 +10,7 @@ def grow(experiment_script):
 
 
 def test_grown_model_gives_the_same_logits_and_survives_a_save(grow, tmp_path):
-    from rookworld.model import build_random, load_pretrained, save_policy
+    from rookworld.policy import build_random, load_pretrained, save_policy
     policy = build_random(n_layer=2, n_embd=32, n_head=2, n_positions=64)
     with torch.no_grad():  # nonzero biases, so a block that were not zeroed would show
         for name, p in policy.model.named_parameters():
@@ -32,6 +32,6 @@ def test_grown_model_gives_the_same_logits_and_survives_a_save(grow, tmp_path):
 
 
 def test_growing_to_fewer_blocks_is_refused(grow):
-    from rookworld.model import build_random
+    from rookworld.policy import build_random
     with pytest.raises(ValueError, match="below"):
         grow(build_random(n_layer=2, n_embd=32, n_head=2, n_positions=64), 1)

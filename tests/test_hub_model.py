@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from rookworld.config import compose
-from rookworld.model import load_pretrained
+from rookworld.policy import load_pretrained
 from rookworld.rewards.graduated import GraduatedReward
 from rookworld.train import build_engine, build_parts
 
@@ -30,7 +30,7 @@ def bpe_tokenizer(texts, vocab_size=400) -> PreTrainedTokenizerFast:
 
 
 def save_hub_dir(tmp_path, synthetic_data, n_layer, n_embd, n_head):
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     texts = [s.prompt + s.completion for s in read_samples(synthetic_data[0])][:400]
     tok = bpe_tokenizer(texts)
@@ -73,7 +73,7 @@ def test_gpt2_small_shape_grpo_step_through_the_config_path(tmp_path, synthetic_
     parts = build_parts(cfg)
     engine = build_engine(cfg, parts, GraduatedReward())
     assert sum(p.numel() for p in engine.model.parameters()) > 80_000_000
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
     pool = read_samples(cfg.data.train)
     batch = engine.rollout(pool[:1], 0)
     m = engine.update(batch, 0)

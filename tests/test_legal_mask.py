@@ -15,11 +15,11 @@ from rookworld import backends
 from rookworld.backends.hf import HFBackend
 from rookworld.chess_tasks import parse_policy
 from rookworld.config import compose, pkg_data, validate
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.errors import ConfigError
-from rookworld.evaluation import Evaluator
+from rookworld.held_out import Evaluator
 from rookworld.legal_mask import legal_move_constraint
-from rookworld.model import build_char_tokenizer, load_embedded
+from rookworld.policy import build_char_tokenizer, load_embedded
 from rookworld.sampling import SamplingSettings, decode_tokens, per_task_settings, sample
 
 EOS = "<|endoftext|>"

@@ -58,7 +58,7 @@ def test_products_run_in_bf16_and_hand_back_float32(gelu):
 @native
 def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_overrides):
     from rookworld import forward_matmul
-    from rookworld.data_io import read_samples
+    from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16", "kl=fixed"])
     parts = build_parts(cfg)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rookworld import native
-from rookworld.model import build_random
+from rookworld.policy import build_random
 from rookworld.sampling import KVCache, SamplingSettings, sample
 from rookworld.tape import Tape
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from rookworld.config import compose
-from rookworld.data_io import read_samples
+from rookworld.data.load import read_samples
 from rookworld.rewards.base import Reward, Scored
 from rookworld.train import build_engine, build_parts
 

@@ -8,8 +8,8 @@ import torch
 from test_engine import LengthReward
 
 from rookworld.config import ConfigError, compose
-from rookworld.data_io import read_samples
-from rookworld.evaluation import Evaluator
+from rookworld.data.load import read_samples
+from rookworld.held_out import Evaluator
 from rookworld.prompt_filter import HardestGreedy, greedy_scores
 from rookworld.rewards.base import Scored
 from rookworld.train import build_engine, build_parts, run

@@ -59,7 +59,7 @@ def test_report_markdown_by_hand(run_dir):
     assert "- Logged: 4 training steps, 3 evaluations, median 3.5 s per step" in md
     assert "- Data: train P 10, A 12; held-out P 3, A 4, evaluated on at most 500 per task" in md
     assert "| `kl` | `adaptive` |" in md and "| `steps` | `4` |" in md
-    assert "| `kl._target_` | `rookworld.kl.FixedKL` | `rookworld.kl.AdaptiveKL` |" in md
+    assert "| `kl._target_` | `rookworld.kl_schedule.FixedKL` | `rookworld.kl_schedule.AdaptiveKL` |" in md
     # before -1, after 3, best over -1, 1, 3; eval_error is lower-better
     assert "| eval/P/best | 0.100 | 0.300 | +0.200 | 0.400 (1) |" in md
     assert "| eval/P/eval_error | 2.000 | 1.000 | -1.000 | 1.000 (3) |" in md
@@ -143,7 +143,7 @@ def test_not_a_run_directory(tmp_path):
 
 
 def test_eval_table_prints_each_figure_with_its_interval():
-    from rookworld.evaluation import mean_se
+    from rookworld.held_out import mean_se
     # 10 samples, 3 right: mean 0.3, sd sqrt(0.21 * 10 / 9), se = sd / sqrt(10) = 0.1528
     mean, se = mean_se([1.0] * 3 + [0.0] * 7)
     assert (mean, round(se, 4)) == (0.3, 0.1528)
@@ -158,7 +158,7 @@ def test_eval_table_prints_each_figure_with_its_interval():
 
 
 def test_a_change_on_the_same_samples_gets_the_paired_interval():
-    from rookworld.evaluation import change_with_interval, paired_se
+    from rookworld.held_out import change_with_interval, paired_se
     before = {"eval/P/best": [1.0, 0.0, 1.0, 0.0]}
     after = {"eval/P/best": [1.0, 1.0, 1.0, 0.0], "eval/P/other": [1.0]}
     # differences 0, 1, 0, 0: mean 0.25, sd sqrt((3 * 0.0625 + 0.5625) / 3) = 0.5, se 0.25;

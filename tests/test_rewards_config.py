@@ -41,7 +41,7 @@ def test_yaml_instantiates_and_scores(name):
     if name == "engine":
         if not os.path.exists("/usr/games/stockfish"):
             pytest.skip("Stockfish not installed")
-        pytest.importorskip("rookworld.chess_tasks.engine")
+        pytest.importorskip("rookworld.chess_tasks.stockfish_pool")
         cfg.pool.depth = 4
     reward = instantiate(cfg, _execution_whitelist_=["rookworld.*"])
     try:

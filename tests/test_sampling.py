@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rookworld.forward import completion_logits
-from rookworld.model import build_random
+from rookworld.policy import build_random
 from rookworld.sampling import (
     SamplingSettings,
     filter_logits,

@@ -153,7 +153,7 @@ EVIL_TARGETS = [
     ("optim.schedule._target_=os.system", "outside the execution whitelist"),
     ("+logger.console._target_=os.system", "outside the execution whitelist"),
     # a project module that imports os: the name passes a prefix match, its object does not
-    ("model._target_=rookworld.checkpoint.os.system", "does not name a callable of the project"),
+    ("model._target_=rookworld.run_dir.os.system", "does not name a callable of the project"),
     ("model._target_=rookworld.train.torch.load", "does not name a callable of the project"),
 ]
 
@@ -169,7 +169,7 @@ def test_targets_outside_the_project_are_refused_naming_the_key(override, messag
     assert key in str(err.value) and not marker.exists()
 
 
-@pytest.mark.parametrize("target", ["os.system", "rookworld.checkpoint.os.system",
+@pytest.mark.parametrize("target", ["os.system", "rookworld.run_dir.os.system",
                                     "subprocess.getoutput", "builtins.exec"])
 def test_hydra_instantiate_itself_refuses_outside_the_whitelist(target, tmp_path):
     """The execution whitelist is the boundary even when validate() is bypassed."""
@@ -212,7 +212,7 @@ class Payload:
 
 
 def test_malicious_checkpoint_state_is_refused(tiny_overrides, tmp_path):
-    from rookworld.checkpoint import load_checkpoint, save_checkpoint
+    from rookworld.run_dir import load_checkpoint, save_checkpoint
     from rookworld.train import build_engine
     cfg = compose(tiny_overrides)
     engine = build_engine(cfg, build_parts(cfg), instantiate(cfg.reward))
@@ -225,7 +225,7 @@ def test_malicious_checkpoint_state_is_refused(tiny_overrides, tmp_path):
 
 
 def _model_dir(tmp_path: Path) -> Path:
-    from rookworld.model import build_random, save_policy
+    from rookworld.policy import build_random, save_policy
     d = tmp_path / "model"
     save_policy(build_random(n_layer=1, n_embd=16, n_head=2, n_positions=64), d)
     return d
@@ -233,7 +233,7 @@ def _model_dir(tmp_path: Path) -> Path:
 
 def test_model_weights_come_from_safetensors_only(tmp_path):
     """A directory holding only a pickled pytorch_model.bin is refused, unread."""
-    from rookworld.model import load_pretrained
+    from rookworld.policy import load_pretrained
     d = _model_dir(tmp_path)
     marker = tmp_path / "pwned"
     (d / "model.safetensors").unlink()
@@ -244,7 +244,7 @@ def test_model_weights_come_from_safetensors_only(tmp_path):
 
 
 def test_a_pickle_beside_safetensors_is_ignored(tmp_path):
-    from rookworld.model import load_pretrained
+    from rookworld.policy import load_pretrained
     d = _model_dir(tmp_path)
     marker = tmp_path / "pwned"
     torch.save({"weights": Payload(marker)}, d / "pytorch_model.bin")
@@ -253,7 +253,7 @@ def test_a_pickle_beside_safetensors_is_ignored(tmp_path):
 
 
 def test_remote_code_in_a_model_directory_is_not_run(tmp_path):
-    from rookworld.model import load_pretrained
+    from rookworld.policy import load_pretrained
     d = _model_dir(tmp_path)
     marker = tmp_path / "pwned"
     (d / "evil.py").write_text(f"import os\nos.system('touch {marker}')\n"

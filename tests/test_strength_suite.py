@@ -11,7 +11,7 @@ import chess
 import pytest
 from test_strength_games import alive
 
-from rookworld.model import load_embedded
+from rookworld.policy import load_embedded
 from rookworld.sampling import per_task_settings
 from rookworld.strength import StrengthSuite, SuiteSettings
 from rookworld.strength.acpl import CAP, centipawn_loss, clip_cp, move_losses
@@ -40,7 +40,7 @@ def test_centipawn_loss_by_hand():
 
 @needs_stockfish
 def test_move_losses_against_stockfish_best_free_blunder_and_illegal():
-    from rookworld.chess_tasks.engine import EnginePool
+    from rookworld.chess_tasks.stockfish_pool import EnginePool
 
     # queen against bishop: Qd1-f3 walks onto the bishop's diagonal and is taken
     fen = "4k3/1b6/8/8/8/8/8/3QK3 w - - 0 1"

@@ -4,9 +4,9 @@ the wrapped GPT-2 gives rookworld's own greedy completions for left-padded promp
 import torch
 
 from rookworld.config import compose, instantiate
-from rookworld.data_io import read_samples
-from rookworld.evaluation import Evaluator
-from rookworld.model import EMBEDDED_DIR, load_embedded
+from rookworld.data.load import read_samples
+from rookworld.held_out import Evaluator
+from rookworld.policy import EMBEDDED_DIR, load_embedded
 
 
 def test_wrapped_generate_matches_rookworld_greedy_under_left_padding(experiment_script):

@@ -46,7 +46,7 @@ def test_search_space_spans_lr_beta_entropy_and_group_size():
     assert sw.sampler._target_ == "rookworld.sweeps.callbacks.continuing_tpe"
     assert sw.sampler.seed is not None and sw.max_failure_rate == 1.0
     assert sw.custom_search_space == "rookworld.sweeps.trial.tag"
-    assert cfg.sweep.objective == "eval/reward" and cfg.kl._target_ == "rookworld.kl.FixedKL"
+    assert cfg.sweep.objective == "eval/reward" and cfg.kl._target_ == "rookworld.kl_schedule.FixedKL"
     dists, fixed, _ = create_params_from_overrides([f"{k}={v}" for k, v in sw.params.items()])
     assert not fixed
     lr = dists["optim.lr"]

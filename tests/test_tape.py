@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rookworld.forward import CompletionLogits, final_norm, lm_head
-from rookworld.model import build_random
+from rookworld.policy import build_random
 from rookworld.sampling import SamplingSettings, sample
 from rookworld.tape import Tape, backward_with
 

@@ -161,4 +161,4 @@ def test_wandb_offline_run_reads_back_and_report_and_diff_run_on_it(wandb_run, c
         assert (run_dir / "report" / f"{name}.png").stat().st_size > 10_000, name
     text = diff.main([str(run_dir)])
     assert text.startswith("A: defaults\nB: ") and "+ logger" in text
-    assert "~ model._target_" in text and "rookworld.model.build_random" in text
+    assert "~ model._target_" in text and "rookworld.policy.build_random" in text

@@ -90,8 +90,8 @@ def main() -> None:
 
     from rookworld import runtime
     from rookworld.config import compose
-    from rookworld.data_io import read_samples
-    from rookworld.model import build_random, load_embedded
+    from rookworld.data.load import read_samples
+    from rookworld.policy import build_random, load_embedded
 
     runtime.setup()
     cfg = compose([])

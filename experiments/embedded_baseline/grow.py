@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, required=True)
     parser.add_argument("--model", default=None, help="model directory (default: shipped)")
     args = parser.parse_args()
-    from rookworld.model import load_embedded, save_policy
+    from rookworld.policy import load_embedded, save_policy
 
     save_policy(grow(load_embedded(args.model), args.layers), args.out)
 

@@ -70,9 +70,9 @@ def count(model: str, samples: int, group: int = 0, data: str | None = None
     from rookworld import runtime
     from rookworld.chess_tasks import parse_policy
     from rookworld.config import compose, instantiate
-    from rookworld.data_io import read_samples
-    from rookworld.evaluation import Evaluator
-    from rookworld.model import load_embedded
+    from rookworld.data.load import read_samples
+    from rookworld.held_out import Evaluator
+    from rookworld.policy import load_embedded
 
     runtime.setup()
     cfg = compose([])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import matplotlib
 
-from rookworld.evaluation import interval
+from rookworld.held_out import interval
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

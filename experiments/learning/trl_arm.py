@@ -61,9 +61,9 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rookworld.config import compose, instantiate, prompts_per_step
-    from rookworld.data_io import read_samples
-    from rookworld.evaluation import Evaluator
-    from rookworld.model import EMBEDDED_DIR, load_embedded, save_policy
+    from rookworld.data.load import read_samples
+    from rookworld.held_out import Evaluator
+    from rookworld.policy import EMBEDDED_DIR, load_embedded, save_policy
 
     cfg = compose([f"seed={a.seed}", *a.overrides])
     out = Path(a.out)

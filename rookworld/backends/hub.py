@@ -138,12 +138,12 @@ def check(path: str | None = None, dtype: str = "float32", trust_remote_code: bo
 def load_hf(path: str | None = None, dtype: str = "float32", trust_remote_code: bool = False,
             bos_before_prompt: bool = False, local_files_only: bool = False,
             revision: str | None = None):
-    """A `model.Policy` of any transformers causal LM from a hub id or local directory:
+    """A `policy.Policy` of any transformers causal LM from a hub id or local directory:
     preflight first (`preflight`), then the weights in `dtype`, dropout 0, eval mode; the
     tokenizer from the same directory, pad = eos when it has no pad token, left padding."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..model import Policy, check_vocab
+    from ..policy import Policy, check_vocab
 
     check_settings(trust_remote_code, dtype)
     directory = preflight(path, local_files_only, revision)

@@ -14,7 +14,7 @@ from multiprocessing import get_context
 import chess
 import chess.engine
 
-from rookworld.chess_tasks.engine import find_engine
+from rookworld.chess_tasks.stockfish_pool import find_engine
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from rookworld.chess_tasks.engine import Analysis, EnginePool
+from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 
 from .card import write_card
 from .games import GameStyle, play_games

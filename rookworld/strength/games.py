@@ -22,7 +22,7 @@ import chess
 import chess.engine
 import chess.pgn
 
-from ..chess_tasks.engine import end_engine, find_engine
+from ..chess_tasks.stockfish_pool import end_engine, find_engine
 
 ILLEGAL, UNPARSEABLE, PLY_LIMIT, VOID = ("illegal move", "unparseable move", "ply limit",
                                          "void: the engine died")

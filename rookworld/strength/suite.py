@@ -21,7 +21,7 @@ from pathlib import Path
 import chess
 from tqdm import tqdm
 
-from ..evaluation import mean_se, se_key
+from ..held_out import mean_se, se_key
 from ..files import atomic_write_text
 from . import stats
 from .acpl import BLUNDER_CP, CAP, move_losses
@@ -106,7 +106,7 @@ class StrengthSuite:
     # engines start at first use: a suite without games or ACPL never starts Stockfish
     def pool(self):
         if self._pool is None:
-            from ..chess_tasks.engine import EnginePool
+            from ..chess_tasks.stockfish_pool import EnginePool
             self._pool = EnginePool(processes=self.s.processes, depth=self.s.acpl_depth,
                                     multipv=1)
         return self._pool

@@ -12,7 +12,7 @@ from .graduated import GraduatedReward
 from .parts import parsed_policy_parts
 
 if TYPE_CHECKING:
-    from rookworld.chess_tasks.engine import EnginePool
+    from rookworld.chess_tasks.stockfish_pool import EnginePool
 
 
 class EngineReward(Reward):

@@ -120,7 +120,7 @@ STOCKFISH = "/usr/games/stockfish"
 def stockfish_pool():
     if not os.path.exists(STOCKFISH):
         pytest.skip(f"{STOCKFISH} not installed")
-    engine = pytest.importorskip("rookworld.chess_tasks.engine")
+    engine = pytest.importorskip("rookworld.chess_tasks.stockfish_pool")
     with engine.EnginePool(path=STOCKFISH, processes=1, depth=6) as pool:
         yield pool
 

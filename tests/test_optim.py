@@ -1,4 +1,4 @@
-"""rookworld.lr: schedule values by hand, AdamWSpec validation, fp32 master weights,
+"""rookworld.optim: schedule values by hand, AdamWSpec validation, fp32 master weights,
 gradient clipping, LR back-off, exact resume of optimiser + scheduler, and FusedAdamW
 against torch's fused AdamW."""
 
@@ -12,8 +12,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-import rookworld.lr
-from rookworld.lr import (
+import rookworld.optim
+from rookworld.optim import (
     AdamWSpec,
     Constant,
     Cosine,
@@ -164,7 +164,7 @@ def test_fused_adamw_steps_and_saves_as_torchs_fused_adamw(monkeypatch):
     spec = AdamWSpec(lr=1e-2, weight_decay=0.1, schedule=Cosine(warmup_steps=2, min_ratio=0.1))
     ours, torchs = _model(), _model()
     o1, s1 = spec.build(ours.parameters(), 8)
-    monkeypatch.setattr(rookworld.lr, "FusedAdamW", torch.optim.AdamW)  # build's groups
+    monkeypatch.setattr(rookworld.optim, "FusedAdamW", torch.optim.AdamW)  # build's groups
     o2, s2 = spec.build(torchs.parameters(), 8)
     assert type(o1) is FusedAdamW and type(o2) is torch.optim.AdamW and o2.defaults["fused"]
     for m in (ours, torchs):

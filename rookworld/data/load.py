@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .chess_tasks import Sample
-from .config import ConfigError
-from .data.loaders import load_samples
-from .files import atomic_write_text
+from ..chess_tasks import Sample
+from ..config import ConfigError
+from .loaders import load_samples
+from ..files import atomic_write_text
 
 
 def read_samples(source: str, on_defect: str = "drop", report: dict | None = None) -> list[Sample]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import chess
 import pytest
 
-from rookworld.chess_tasks.engine import EnginePool, find_engine
+from rookworld.chess_tasks.stockfish_pool import EnginePool, find_engine
 
 try:
     find_engine()

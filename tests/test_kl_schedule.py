@@ -1,4 +1,4 @@
-"""rookworld.kl: schedule values at given steps, the adaptive controller, resume, YAMLs."""
+"""rookworld.kl_schedule: schedule values at given steps, the adaptive controller, resume, YAMLs."""
 
 import math
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from rookworld.kl import AdaptiveKL, FixedKL, LinearWarmupKL, NoKL, WarmupFixedKL, adaptive_beta
+from rookworld.kl_schedule import AdaptiveKL, FixedKL, LinearWarmupKL, NoKL, WarmupFixedKL, adaptive_beta
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "kl"
 
