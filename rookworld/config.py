@@ -13,6 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .engine_settings import micro_batch_tokens
 from .errors import ConfigError
+from .files import is_hub_id
 
 PACKAGE_DIR = Path(__file__).parent
 # instantiate() may only build the project's own callables (Hydra 1.4 execution whitelist).
@@ -270,8 +271,7 @@ def _check_model_path(path) -> None:
     if path is None:
         return
     text = str(path)
-    hub_id = text.count("/") == 1 and not text.startswith(("/", ".", "~"))
-    if not hub_id and not Path(text).expanduser().exists():
+    if not is_hub_id(text) and not Path(text).expanduser().exists():
         raise ConfigError(f"model.path={text!r} does not exist (give a local model directory "
                           "or a hub id owner/name)")
 

@@ -1,4 +1,5 @@
-"""Files written safely: atomic replacement and the user's umask.
+"""Files written safely (atomic replacement, the user's umask), and telling a hub id from
+a local path.
 
 The bottom of the package (it imports nothing of rookworld): checkpoints, redaction, the
 run's reports and the model files all write through it.
@@ -10,6 +11,12 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+
+def is_hub_id(path: str) -> bool:
+    """True when path reads as a hub id `owner/name` (one slash, no leading /, . or ~)
+    rather than a local path."""
+    return not path.startswith(("/", ".", "~")) and path.count("/") == 1
 
 
 def file_mode() -> int:
