@@ -19,6 +19,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from .files import is_hub_id
 from .gpt2 import GPT2Config, GPT2LMHeadModel
 
 EOS = "<|endoftext|>"
@@ -113,7 +114,7 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
 
     if Path(path).expanduser().exists():
         directory = Path(path).expanduser()
-    elif path.startswith(("/", ".", "~")) or path.count("/") != 1:
+    elif not is_hub_id(path):
         raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id "
                                 "(owner/name)")
     else:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ..files import is_hub_id
+
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # what a hub snapshot of an hf model fetches once the preflight passed
 HUB_FILES = ["config.json", "generation_config.json", "model*.safetensors", INDEX,
@@ -25,10 +27,6 @@ DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout",
 
 class UnsupportedModel(ValueError):
     """A model rookworld refuses to load; the message names what is unsupported."""
-
-
-def is_hub_id(path: str) -> bool:
-    return not path.startswith(("/", ".", "~")) and path.count("/") == 1
 
 
 def check_config(raw: dict, where: str) -> None:

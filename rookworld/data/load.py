@@ -7,16 +7,15 @@ from pathlib import Path
 
 from ..chess_tasks import Sample
 from ..config import ConfigError
+from ..files import atomic_write_text, is_hub_id
 from .loaders import load_samples
-from ..files import atomic_write_text
 
 
 def read_samples(source: str, on_defect: str = "drop", report: dict | None = None) -> list[Sample]:
     """Load and validate a split (JSON lines, RookWorld text, HF dataset); defects are
     counted, printed when present, and stored in `report[source]`."""
     s = str(source)
-    hub_id = s.count("/") == 1 and not s.startswith(("/", ".", "~"))  # owner/name
-    if not hub_id and not Path(s).expanduser().exists():
+    if not is_hub_id(s) and not Path(s).expanduser().exists():
         raise ConfigError(f"data source {source} does not exist")
     try:
         res = load_samples(str(source), on_defect=on_defect)
