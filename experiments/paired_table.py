@@ -19,6 +19,8 @@ import math
 import statistics
 from pathlib import Path
 
+from rookworld.held_out import mean_se
+
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # t quantile 0.975 by dof
 DEFAULT_METRICS = ("held_out:eval/P/best_legal", "held_out:eval/P/legal",
                    "held_out:eval/A/format", "held_out:eval/A/fen_exact",
@@ -26,12 +28,11 @@ DEFAULT_METRICS = ("held_out:eval/P/best_legal", "held_out:eval/P/legal",
 
 
 def paired_change(start: dict, end: dict, split: str, key: str) -> tuple[float, float]:
-    """(mean change, half-width of its paired ~95% interval) over the same samples."""
+    """(mean change, half-width of its paired ~95% interval) over the same samples: the
+    standard error of the per-sample differences, as `held_out.paired_se` computes it."""
     a, b = start["per_sample"][split][key], end["per_sample"][split][key]
-    d = [y - x for x, y in zip(a, b)]
-    mean = sum(d) / len(d)
-    sd = statistics.stdev(d) if len(d) > 1 else 0.0
-    return mean, 1.96 * sd / math.sqrt(len(d))
+    mean, se = mean_se([y - x for x, y in zip(a, b)])
+    return mean, 1.96 * se
 
 
 def seed_interval(values: list[float]) -> float | None:
