@@ -19,8 +19,8 @@ from omegaconf import DictConfig
 from . import runtime
 from .config import WHITELIST, instantiate
 from .data.load import read_samples
-from .held_out import Evaluator, before_after_table, paired_se
 from .files import atomic_write_text
+from .held_out import Evaluator, before_after_table, paired_se
 
 
 def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:

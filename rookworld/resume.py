@@ -8,9 +8,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .run_dir import RUN_CONFIG
 from .config import ConfigError, before_they_existed, fill_missing
 from .redact import restore_redacted
+from .run_dir import RUN_CONFIG
 
 
 def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from rookworld.config import compose
+from rookworld.files import atomic_write_text
 from rookworld.run_dir import (
     LATEST,
     MANIFEST,
@@ -20,8 +22,6 @@ from rookworld.run_dir import (
     latest_checkpoint,
     save_checkpoint,
 )
-from rookworld.config import compose
-from rookworld.files import atomic_write_text
 from rookworld.train import build_engine, build_parts
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from test_faults import STATEFUL, _done_steps, _env, _train, assert_same_run
 
-from rookworld.run_dir import latest_checkpoint
 from rookworld.config import ConfigError, compose
+from rookworld.run_dir import latest_checkpoint
 from rookworld.train import run
 
 

@@ -7,7 +7,14 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from rookworld.kl_schedule import AdaptiveKL, FixedKL, LinearWarmupKL, NoKL, WarmupFixedKL, adaptive_beta
+from rookworld.kl_schedule import (
+    AdaptiveKL,
+    FixedKL,
+    LinearWarmupKL,
+    NoKL,
+    WarmupFixedKL,
+    adaptive_beta,
+)
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "kl"
 

@@ -13,9 +13,9 @@ from .base import PartsReward, Reward, Scored
 from .binary import BinaryReward
 from .continuous import ContinuousReward
 from .curriculum import BlendReward, CurriculumReward
-from .stockfish import EngineReward
 from .graduated import GraduatedReward
 from .parts import ENV_PARTS, EVAL_CAP, POLICY_PARTS, env_parts, fen_similarity, policy_parts
+from .stockfish import EngineReward
 
 __all__ = ["ENV_PARTS", "EVAL_CAP", "POLICY_PARTS", "BinaryReward", "BlendReward",
            "ContinuousReward", "CurriculumReward", "EngineReward", "GraduatedReward",

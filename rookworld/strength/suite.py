@@ -21,8 +21,8 @@ from pathlib import Path
 import chess
 from tqdm import tqdm
 
-from ..held_out import mean_se, se_key
 from ..files import atomic_write_text
+from ..held_out import mean_se, se_key
 from . import stats
 from .acpl import BLUNDER_CP, CAP, move_losses
 from .games import START, EngineOpponent, RandomMover, play_games, read_openings, write_pgn
