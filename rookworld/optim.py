@@ -37,13 +37,18 @@ def _progress(step: int, warmup_steps: int, total_steps: int) -> float:
     return min(max((step - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0), 1.0)
 
 
-def cosine_ratio(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Warmup, then min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2;
-    min_ratio from total_steps on."""
+def cosine_schedule(step: int, warmup_steps: int, total_steps: int, floor: float,
+                    peak: float = 1.0, warmup_to_peak: bool = False) -> float:
+    """Linear warmup, peak * (step + 1) / (warmup_steps + 1), then
+    floor + (peak - floor) * (1 + cos(pi * progress)) / 2; floor from total_steps on.
+
+    peak=1 gives the ratio the `Cosine` schedule multiplies the lr by; warmup_to_peak
+    divides by warmup_steps instead (nanoGPT's get_lr, which pretraining uses: the last
+    warmup step already at the peak)."""
     if step < warmup_steps:
-        return warmup_ratio(step, warmup_steps)
+        return peak * (step + 1) / (warmup_steps if warmup_to_peak else warmup_steps + 1)
     cos = 0.5 * (1.0 + math.cos(math.pi * _progress(step, warmup_steps, total_steps)))
-    return min_ratio + (1.0 - min_ratio) * cos
+    return floor + (peak - floor) * cos
 
 
 def linear_ratio(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -94,7 +99,7 @@ class Cosine:
 
     def __call__(self, step: int) -> float:
         _check(self.total_steps is not None, "schedule.total_steps", "set (build() sets it)", None)
-        return cosine_ratio(step, self.warmup_steps, self.total_steps, self.min_ratio)
+        return cosine_schedule(step, self.warmup_steps, self.total_steps, self.min_ratio)
 
 
 @dataclass(frozen=True)

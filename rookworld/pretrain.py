@@ -10,7 +10,6 @@ whose figures are the greedy held-out metrics it measured.
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from itertools import accumulate
@@ -26,16 +25,15 @@ from .config import WHITELIST, instantiate
 from .data.load import read_samples
 from .evaluate import measure
 from .files import atomic_write_text, sha256_file
+from .optim import cosine_schedule
 from .policy import save_policy
 from .sft import encode, lm_loss, make_batch
 
 
 def get_lr(step: int, cfg) -> float:
     """Linear warmup, cosine decay to min_lr at cfg.steps (nanoGPT's get_lr)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min((step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1), 1.0)
-    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+    return cosine_schedule(step, cfg.warmup_steps, cfg.steps, cfg.min_lr, peak=cfg.lr,
+                           warmup_to_peak=True)
 
 
 class Curve:

@@ -19,7 +19,7 @@ from rookworld.optim import (
     Cosine,
     FusedAdamW,
     Linear,
-    cosine_ratio,
+    cosine_schedule,
     linear_ratio,
     scale_lr,
     warmup_ratio,
@@ -34,12 +34,12 @@ def test_warmup_ratio_hand():
     assert warmup_ratio(0, 0) == 1.0
 
 
-def test_cosine_ratio_hand():
+def test_cosine_schedule_hand():
     # no warmup, total 10, floor .1: step 0 -> 1; step 5 -> .1 + .9 * (1 + cos(pi/2)) / 2 = .55;
     # step 10 and beyond -> .1
-    assert [cosine_ratio(t, 0, 10, 0.1) for t in (0, 5, 10, 20)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
+    assert [cosine_schedule(t, 0, 10, 0.1) for t in (0, 5, 10, 20)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
     # warmup 2, total 12: 1/3, 2/3, then 1 at step 2; step 7 is half-way through 10 -> .55
-    assert [cosine_ratio(t, 2, 12, 0.1) for t in (0, 1, 2, 7)] == pytest.approx([1 / 3, 2 / 3, 1.0, 0.55])
+    assert [cosine_schedule(t, 2, 12, 0.1) for t in (0, 1, 2, 7)] == pytest.approx([1 / 3, 2 / 3, 1.0, 0.55])
 
 
 def test_linear_ratio_hand():
@@ -52,7 +52,7 @@ def test_schedule_classes_match_functions():
     assert [Constant(2)(t) for t in range(4)] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0])
     c, lin = Cosine(3, 0.1, total_steps=20), Linear(3, 0.05, total_steps=20)
     for t in range(25):
-        assert c(t) == cosine_ratio(t, 3, 20, 0.1)
+        assert c(t) == cosine_schedule(t, 3, 20, 0.1)
         assert lin(t) == linear_ratio(t, 3, 20, 0.05)
     with pytest.raises(ValueError, match="optim.schedule.total_steps"):
         Cosine(3)(0)
@@ -110,7 +110,7 @@ def test_lr_follows_schedule_through_lambda_lr():
     spec = AdamWSpec(lr=1e-3, schedule=Cosine(warmup_steps=2, min_ratio=0.1))
     opt, sched = spec.build(m.parameters(), 12)
     for t in range(14):
-        assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * cosine_ratio(t, 2, 12, 0.1))
+        assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * cosine_schedule(t, 2, 12, 0.1))
         opt.step()
         sched.step()
 
