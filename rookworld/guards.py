@@ -13,6 +13,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from .grpo import KL_DIRECTIONS, KL_ESTIMATORS
+
 OUTCOMES = ("success", "kl_failure", "nan_failure", "error")
 
 
@@ -27,7 +29,8 @@ class Outcome:
             raise ValueError(f"unknown outcome {self.status!r}")
 
 
-GUARD_ESTIMATORS = ("k1", "k2", "k3", "full_forward", "full_reverse", "full_symmetric")
+# the KL metrics a run logs: each per-token estimator and each full_<direction>
+GUARD_ESTIMATORS = (*KL_ESTIMATORS, *(f"full_{d}" for d in KL_DIRECTIONS))
 
 
 class KLGuard:
