@@ -181,9 +181,9 @@ class AdamWSpec:
 class FusedAdamW(torch.optim.AdamW):
     """torch's AdamW with fused=True, the same kernel (`torch._fused_adamw_`), state and
     state_dict, stepped without torch.optim's compiler guards: those import torch._dynamo
-    and sympy on an optimiser's first use (with `tape.backward_with`, 62 MiB of a GRPO
-    process at the benchmark's small shape: benchmarks/README.md). Plain AdamW only: no
-    AMSGrad, maximize or closure; a GradScaler checks the gradients itself."""
+    and sympy on an optimiser's first use (the memory that saves: benchmarks/README.md).
+    Plain AdamW only: no AMSGrad, maximize or closure; a GradScaler checks the gradients
+    itself."""
 
     # torch wraps these four in a lazy `torch._disable_dynamo`; their bodies, unchanged
     # (load_state_dict's is `_load`, which the override below calls)
