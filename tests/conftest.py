@@ -1,10 +1,13 @@
 """Shared pytest setup.
 
 Hypothesis profiles: "dev" (default, 200 examples per property, fast enough
-for every run) and "ci" (1,000 examples, no deadline: the property tests
-of test_engine, test_fuzz and test_rewards_properties take 2 min 43 s on a 2-core AMD
-EPYC, against 10 min 53 s at 5,000, too slow for CI's 20-minute aim): select with
+for every run) and "ci" (1,000 examples, no deadline, within CI's time for the property
+tests of test_engine, test_fuzz and test_rewards_properties): select with
 HYPOTHESIS_PROFILE=ci.
+
+Stockfish: the `stockfish` fixture skips a test when no binary is installed (modules take
+it with pytestmark = pytest.mark.usefixtures("stockfish")), and `engine_pool` hands out
+EnginePools shared by a module's tests.
 """
 
 import importlib.util
@@ -91,6 +94,37 @@ def cpu_matmul(request, monkeypatch):
     monkeypatch.setattr(forward_matmul, "CPU_MATMUL", request.param)
     monkeypatch.setattr(forward_matmul, "BLAS_DNN_MIN_ROWS", 8)  # both sides of it in these sizes
     return request.param
+
+
+@pytest.fixture(scope="session")
+def stockfish() -> str:
+    """The Stockfish binary EnginePool runs (find_engine); the test is skipped when none is
+    installed."""
+    from rookworld.chess_tasks.stockfish_pool import find_engine
+
+    try:
+        return find_engine()
+    except FileNotFoundError:
+        pytest.skip("no stockfish installed")
+
+
+@pytest.fixture(scope="module")
+def engine_pool(stockfish):
+    """engine_pool(processes=1, depth=6, ...): an EnginePool with those settings (EnginePool's
+    arguments), one per settings shared by the module's tests and closed after them. A test
+    that kills or closes its engines builds its own."""
+    from rookworld.chess_tasks.stockfish_pool import EnginePool
+
+    pools = {}
+
+    def get(**settings):
+        key = tuple(sorted(settings.items()))
+        if key not in pools:
+            pools[key] = EnginePool(path=stockfish, **settings)
+        return pools[key]
+    yield get
+    for pool in pools.values():
+        pool.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,15 +14,12 @@ import chess
 import chess.engine
 import pytest
 
-from rookworld.chess_tasks.stockfish_pool import EnginePool, find_engine
+from rookworld.chess_tasks.stockfish_pool import EnginePool
 from rookworld.config import ConfigError, compose
 from rookworld.rewards import CurriculumReward, EngineReward, GraduatedReward
 from rookworld.train import run
 
-try:
-    find_engine()
-except FileNotFoundError:
-    pytest.skip("no stockfish installed", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("stockfish")
 
 
 def processes(field: int, value: int, name: str | None = None) -> set[int]:

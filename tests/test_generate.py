@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rookworld.chess_tasks.stockfish_pool import find_engine
 from rookworld.data.generate import run
 from rookworld.data.loaders import load_samples
 
@@ -36,11 +35,8 @@ def test_config_composes():
     assert sum(cfg.phase_shares.values()) == pytest.approx(1.0)
 
 
+@pytest.mark.usefixtures("stockfish")
 def test_deterministic_and_resumable(tmp_path):
-    try:
-        find_engine()
-    except FileNotFoundError:
-        pytest.skip("no stockfish installed")
     first = run(_cfg(tmp_path / "a", tmp_path / "cache_a"))
     run(_cfg(tmp_path / "b", tmp_path / "cache_b"))
     card = (tmp_path / "a" / "DATA_CARD.md").read_text()
@@ -60,11 +56,8 @@ def test_deterministic_and_resumable(tmp_path):
     assert hashlib.sha256((tmp_path / "a/train.jsonl.gz").read_bytes()).hexdigest() == TRAIN_SHA256
 
 
+@pytest.mark.usefixtures("stockfish")
 def test_interrupted_label_cache_resumes(tmp_path):
-    try:
-        find_engine()
-    except FileNotFoundError:
-        pytest.skip("no stockfish installed")
     run(_cfg(tmp_path / "a", tmp_path / "cache"))
     (labels,) = (tmp_path / "cache").glob("labels-*.jsonl")
     text = labels.read_text()

@@ -1,7 +1,6 @@
 """The reward config group (conf/reward/*.yaml), settings that fail early, and the
 curriculum schedule."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,10 @@ def test_every_option_has_a_yaml():
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_yaml_instantiates_and_scores(name):
+def test_yaml_instantiates_and_scores(name, request):
     cfg = OmegaConf.load(CONF / f"{name}.yaml")
     if name == "engine":
-        if not os.path.exists("/usr/games/stockfish"):
-            pytest.skip("Stockfish not installed")
-        pytest.importorskip("rookworld.chess_tasks.stockfish_pool")
+        request.getfixturevalue("stockfish")  # skips without Stockfish
         cfg.pool.depth = 4
     reward = instantiate(cfg, _execution_whitelist_=["rookworld.*"])
     try:

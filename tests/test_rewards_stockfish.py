@@ -1,7 +1,6 @@
 """reward=engine: hand-worked scores against a table pool, and a real Stockfish pool
-at low depth when /usr/games/stockfish is installed."""
+at low depth when Stockfish is installed."""
 
-import os
 from typing import NamedTuple
 
 import pytest
@@ -113,16 +112,9 @@ def test_engine_rejects_bad_settings():
         EngineReward(TablePool({}, {}), legal_score=1.5)
 
 
-STOCKFISH = "/usr/games/stockfish"
-
-
 @pytest.fixture(scope="module")
-def stockfish_pool():
-    if not os.path.exists(STOCKFISH):
-        pytest.skip(f"{STOCKFISH} not installed")
-    engine = pytest.importorskip("rookworld.chess_tasks.stockfish_pool")
-    with engine.EnginePool(path=STOCKFISH, processes=1, depth=6) as pool:
-        yield pool
+def stockfish_pool(engine_pool):
+    return engine_pool(processes=1, depth=6)
 
 
 def test_real_engine_mate_in_one(stockfish_pool):

@@ -9,20 +9,16 @@ from pathlib import Path
 import chess
 import pytest
 
-from rookworld.chess_tasks.stockfish_pool import EnginePool, find_engine
+from rookworld.chess_tasks.stockfish_pool import EnginePool
 
-try:
-    find_engine()
-except FileNotFoundError:
-    pytest.skip("no stockfish installed", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("stockfish")
 
 MATE_IN_1 = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8#
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with EnginePool(processes=2, depth=4) as p:
-        yield p
+def pool(engine_pool):
+    return engine_pool(processes=2, depth=4)
 
 
 def test_label_names_engine_and_limit(pool):
@@ -103,20 +99,20 @@ def test_needs_a_limit():
         EnginePool(depth=None, nodes=None)
 
 
-def test_nodes_limit_in_label():
-    with EnginePool(processes=1, depth=None, nodes=500) as p:
-        assert p.limit_label.endswith(" nodes=500")
-        assert len(p.analyse(chess.STARTING_FEN).moves) == 5
+def test_nodes_limit_in_label(engine_pool):
+    p = engine_pool(processes=1, depth=None, nodes=500)
+    assert p.limit_label.endswith(" nodes=500")
+    assert len(p.analyse(chess.STARTING_FEN).moves) == 5
 
 
-def test_evaluate_move_outside_top_lines():
+def test_evaluate_move_outside_top_lines(engine_pool):
     two_mates = "6k1/5ppp/8/8/8/8/5PPP/R3R1K1 w - - 0 1"  # Ra8# and Re8#
     queen_hang = "4k3/7r/8/8/8/8/3Q4/4K3 w - - 0 1"  # Qd7+?? Kxd7: rook vs nothing
-    with EnginePool(processes=1, depth=4, multipv=1) as p:
-        (top,) = p.analyse(two_mates).moves
-        other = ({"a1a8", "e1e8"} - {top}).pop()
-        assert p.evaluate_move(two_mates, other) == pytest.approx(999.99)  # mate given
-        assert p.evaluate_move(queen_hang, "d2d7") < -5  # mover's view: lost
+    p = engine_pool(processes=1, depth=4, multipv=1)
+    (top,) = p.analyse(two_mates).moves
+    other = ({"a1a8", "e1e8"} - {top}).pop()
+    assert p.evaluate_move(two_mates, other) == pytest.approx(999.99)  # mate given
+    assert p.evaluate_move(queen_hang, "d2d7") < -5  # mover's view: lost
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -125,10 +121,9 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def test_engine_pool_survives_a_process_killed_mid_analysis():
+def test_engine_pool_survives_a_process_killed_mid_analysis(engine_pool):
     fen = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
-    with EnginePool(processes=1, depth=14) as reference:
-        expected = reference.analyse(fen)
+    expected = engine_pool(processes=1, depth=14).analyse(fen)
     with EnginePool(processes=1, depth=14) as pool:
         victim, got = pool.pids()[0], {}
         idle = _cpu_ticks(victim)

@@ -29,10 +29,6 @@ from rookworld.strength.games import (
 )
 from rookworld.strength.stats import elo_estimate, median_interval, wilson
 
-needs_stockfish = pytest.mark.skipif(
-    not any(os.path.exists(p) for p in ("/usr/games/stockfish", "/usr/bin/stockfish")),
-    reason="needs Stockfish")
-
 
 def first_legal(fens):
     return [sorted(m.uci() for m in chess.Board(f).legal_moves)[0] for f in fens]
@@ -143,7 +139,7 @@ def test_stats_wilson_median_and_elo():
     assert zero["elo"] is None and zero["low"] is None and zero["high"] < 1350
 
 
-@needs_stockfish
+@pytest.mark.usefixtures("stockfish")
 def test_engine_opponent_at_its_floor_restarts_a_killed_process_and_ends_its_engines():
     with EngineOpponent(seconds=0.01, processes=1) as engine:
         assert 1000 <= engine.elo <= 1500  # the engine's floor (Stockfish 15.1: 1350)

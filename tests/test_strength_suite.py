@@ -4,7 +4,6 @@ Stockfish, and the suite inside training's before/after table."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import chess
@@ -18,9 +17,6 @@ from rookworld.strength.acpl import CAP, centipawn_loss, clip_cp, move_losses
 from rookworld.strength.player import ModelPlayer
 
 ASSETS = Path(__file__).resolve().parents[1] / "rookworld" / "assets" / "strength"
-needs_stockfish = pytest.mark.skipif(
-    not any(os.path.exists(p) for p in ("/usr/games/stockfish", "/usr/bin/stockfish")),
-    reason="needs Stockfish")
 
 
 def small(**over) -> SuiteSettings:
@@ -38,15 +34,12 @@ def test_centipawn_loss_by_hand():
     assert centipawn_loss(999.99, 0.5) == CAP - 50  # a missed mate costs at most CAP
 
 
-@needs_stockfish
-def test_move_losses_against_stockfish_best_free_blunder_and_illegal():
-    from rookworld.chess_tasks.stockfish_pool import EnginePool
-
+def test_move_losses_against_stockfish_best_free_blunder_and_illegal(engine_pool):
     # queen against bishop: Qd1-f3 walks onto the bishop's diagonal and is taken
     fen = "4k3/1b6/8/8/8/8/8/3QK3 w - - 0 1"
-    with EnginePool(processes=1, depth=8, multipv=1) as pool:
-        best = pool.analyse(fen).moves[0]
-        losses = move_losses(pool, [fen, fen, fen, fen], [best, "d1f3", "e1e3", None])
+    pool = engine_pool(processes=1, depth=8, multipv=1)
+    best = pool.analyse(fen).moves[0]
+    losses = move_losses(pool, [fen, fen, fen, fen], [best, "d1f3", "e1e3", None])
     assert losses[0].loss == 0 and not losses[0].blunder
     assert losses[1].loss >= 300 and losses[1].blunder
     assert losses[2].loss is None and losses[3].loss is None  # illegal, missing
@@ -60,7 +53,7 @@ def test_settings_refuse_bad_values_naming_the_key():
     assert not small(puzzles=0, random_games=0, selfplay_games=0, acpl_positions=0).enabled
 
 
-@needs_stockfish
+@pytest.mark.usefixtures("stockfish")
 def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines(tmp_path):
     policy = load_embedded()
     p_settings = per_task_settings()["P"]
@@ -91,7 +84,7 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
     assert len(report["free"]["puzzles"]["rows"]) == 6
 
 
-@needs_stockfish
+@pytest.mark.usefixtures("stockfish")
 def test_empty_measures_are_left_out_and_unaligned_ones_are_not_paired(tmp_path):
     """A model with no legal answer has no centipawn loss (not a perfect 0); the loss of
     legal answers only is never paired between two evaluations."""
@@ -115,7 +108,7 @@ def test_the_greedy_player_is_deterministic_and_reads_the_b_move():
 
 
 @pytest.mark.slow
-@needs_stockfish
+@pytest.mark.usefixtures("stockfish")
 def test_training_carries_strength_into_its_before_after_table(tmp_path, tiny_overrides):
     import subprocess
     import sys

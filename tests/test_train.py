@@ -5,7 +5,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,13 +14,12 @@ from rookworld.train import build_parts, run
 
 GROUPS = ["model", "reward", "algorithm", "kl", "optim", "sampler", "task_mix", "logger", "data"]
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF_DIR / g).glob("*.yaml"))]
-STOCKFISH = any(Path(p).exists() for p in ("/usr/games/stockfish", "/usr/bin/stockfish"))
 
 
 @pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_every_option_composes_and_builds_before_the_model(group, option):
-    if option == "engine" and not STOCKFISH:
-        pytest.skip("stockfish not installed")
+def test_every_option_composes_and_builds_before_the_model(group, option, request):
+    if option == "engine":
+        request.getfixturevalue("stockfish")  # skips without Stockfish
     cfg = compose([f"{group}={option}"])
     if (group, option) == ("model", "hf"):  # its config and weights are checked here too
         with pytest.raises(ConfigError, match="model.path is not set"):
