@@ -4,11 +4,9 @@ The modules in layers, bottom up; a module imports from its own layer and those 
 only, and no import cycle exists (tests/test_layout.py checks both, and that every module
 is listed; a subpackage's name covers its modules):
 
-    base: rookworld, native, precision, files, redact, errors, distributed, engine_settings, optim,
-        memory
+    base: rookworld, precision, files, redact, errors, distributed, engine_settings, optim, memory
     tasks: chess_tasks
-    maths: gpt2, forward, forward_attention, forward_blocks, forward_gelu, forward_matmul,
-        tape, sampling, legal_mask, advantages, kl_schedule, grpo, guards, sft
+    maths: gpt2, sampling, legal_mask, advantages, kl_schedule, grpo, guards, sft
     config: config
     data and rewards: data, task_mix, rewards
     backend: backends, policy

@@ -53,7 +53,7 @@ class DistContext:
 
     def average_gradients(self, params, bucket_bytes: int = 1 << 25) -> None:
         """Replace each parameter's .grad by its mean over the ranks (gradients computed
-        outside DistributedDataParallel's forward, e.g. from a `tape.Tape`), in flat
+        outside DistributedDataParallel's forward, e.g. from a `fast_gpt2.tape.Tape`), in flat
         buckets of about bucket_bytes: one all-reduce each, not one a tensor. Every rank
         must pass the same parameters; a missing .grad counts as zeros."""
         params = [p for p in params if p.requires_grad]

@@ -1,11 +1,11 @@
 """GPT-2 in the hub layout, without transformers' model classes.
 
-rookworld trains and samples through its own forward over a GPT-2's weights (`forward.py`,
-`sampling.py`); a model class is only the container of those weights, their loader and
-saver, and a plain forward for pretraining. Importing transformers' GPT2LMHeadModel
+rookworld trains and samples through its own forward over a GPT-2's weights
+(`backends.fast_gpt2`); a model class is only the container of those weights, their
+loader and saver, and a plain forward for pretraining. Importing transformers' GPT2LMHeadModel
 (transformers.modeling_utils) costs every process seconds and memory beyond torch's,
 torch's compiler stack (torch._dynamo, sympy) among it, which a GRPO step here does not
-load (`optim.FusedAdamW`, `tape.backward_with`). This module keeps the same
+load (`optim.FusedAdamW`, `fast_gpt2.tape.backward_with`). This module keeps the same
 parameters under the same names and shapes (`transformer.h.0.attn.c_attn.weight`, the
 Conv1D layout [in, out], the output matrix tied to the token embedding), reads and writes
 the hub layout that transformers' class reads and writes (config.json + model.safetensors,
@@ -13,7 +13,7 @@ the tied matrix stored once), and initialises random weights exactly as transfor
 does for the same seed (`init_weights_`, pinned by a test). `to_transformers` hands the
 weights to transformers' class where a caller wants it (its `generate`, another library).
 
-Only GPT-2 itself: the tanh GELU, no attention variants (`forward.check_gpt2`).
+Only GPT-2 itself: the tanh GELU, no attention variants (`fast_gpt2.forward.check_gpt2`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_he
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # buffers some GPT-2 checkpoints carry (the causal mask), not parameters
 _BUFFERS = (".attn.bias", ".attn.masked_bias")
+
+
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """[N,S] attention mask -> [N,S] positions counting real tokens from 0 (pads get 0): a
+    left-padded row's positions as in training, for every forward over such batches."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 class GPT2Config(SimpleNamespace):
@@ -176,7 +182,7 @@ class GPT2LMHeadModel(nn.Module):
             allowed = (causal & attention_mask.bool()[:, None, None, :]) | torch.eye(
                 s, dtype=torch.bool, device=dev)
             if position_ids is None:
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+                position_ids = positions_from_mask(attention_mask)
         if position_ids is None:
             position_ids = torch.arange(s, device=dev).expand(n, s)
         tr, c = self.transformer, self.config.n_embd

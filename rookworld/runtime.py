@@ -1,7 +1,7 @@
 """The process's runtime set-up: every process-wide choice, made once and recorded.
 
 The entry points (`train`, `pretrain`, `evaluate`, the benchmarks) call `setup` once before
-they build a model; it picks the CPU matrix library (`forward_matmul.set_cpu_matmul`) and
+they build a model; it picks the CPU matrix library (`fast_gpt2.matmul.set_cpu_matmul`) and
 returns `describe()`: that library, the oneDNN/ideep kernel cache capacities, the thread
 count and whether the native kernels run. `choose_allocator` (from `train.build_engine`, once
 the model's size is known) makes the glibc allocator choices and adds them to the record,
@@ -24,30 +24,31 @@ from contextlib import contextmanager
 
 import torch
 
-from . import CPU_KERNEL_CACHE, KERNEL_CACHE_VARIABLES, forward_matmul, native
+from . import CPU_KERNEL_CACHE, KERNEL_CACHE_VARIABLES
+from .backends.fast_gpt2 import matmul, native
 
 _ALLOCATOR: dict = {}  # the allocator choices `choose_allocator` made
 
 
 def setup(cpu_matmul: str | None = None) -> dict:
     """Make this process's choices before any model is built and return them (`describe`).
-    cpu_matmul: a `forward_matmul.CPU_MATMUL_CHOICES` setting; None reads
+    cpu_matmul: a `fast_gpt2.matmul.CPU_MATMUL_CHOICES` setting; None reads
     ROOKWORLD_CPU_MATMUL (default auto). Raises ValueError for an unknown library."""
     if cpu_matmul is None:
         cpu_matmul = os.environ.get("ROOKWORLD_CPU_MATMUL", "auto")
-    forward_matmul.set_cpu_matmul(cpu_matmul)
+    matmul.set_cpu_matmul(cpu_matmul)
     _ALLOCATOR.clear()
     return describe()
 
 
 def use_cpu_matmul(name: str) -> str:
     """Switch the matrix library (a resumed run keeps its checkpoints'); returns it."""
-    return forward_matmul.set_cpu_matmul(name)
+    return matmul.set_cpu_matmul(name)
 
 
 def describe() -> dict:
     """The process-wide choices in effect: a JSON-ready dict."""
-    return {"cpu_matmul": forward_matmul.CPU_MATMUL, "onednn": forward_matmul.ONEDNN,
+    return {"cpu_matmul": matmul.CPU_MATMUL, "onednn": matmul.ONEDNN,
             "threads": torch.get_num_threads(),
             "native_kernels": native.library() is not None,
             "kernel_cache_default": CPU_KERNEL_CACHE,

@@ -17,7 +17,8 @@ if ! command -v stockfish >/dev/null 2>&1 && [ ! -x /usr/games/stockfish ]; then
     echo "rookworld: Stockfish is missing; install it with: sudo apt-get install -y stockfish" >&2
   fi
 fi
-# the native CPU kernels (rookworld/native.py) are built at first use; build them now, so
-# the first run does not pay for it (without a C compiler rookworld uses torch's operations)
-.venv/bin/python -c "from rookworld import native; native.library()" || true
+# the native CPU kernels (rookworld/backends/fast_gpt2/native.py) are built at first use;
+# build them now, so the first run does not pay for it (without a C compiler rookworld uses
+# torch's operations)
+.venv/bin/python -c "from rookworld.backends.fast_gpt2 import native; native.library()" || true
 echo "rookworld: environment ready in .venv"

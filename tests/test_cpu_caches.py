@@ -12,9 +12,9 @@ import rookworld
 
 CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
-# RSS growth (MB) over 200 products of distinct row counts through forward.linear
+# RSS growth (MB) over 200 products of distinct row counts through fast_gpt2.matmul.linear
 GROWTH = """
-import torch, rookworld.forward as f, rookworld.runtime
+import torch, rookworld.backends.fast_gpt2.matmul as f, rookworld.runtime
 rookworld.runtime.setup()  # the library ROOKWORLD_CPU_MATMUL names
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20

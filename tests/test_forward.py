@@ -3,17 +3,15 @@ logits, gradients, chunked log-probs; the sampler's grouped cache equals one row
 
 import pytest
 import torch
+from reference_forward import plain_completion_logits
 
-from rookworld import forward, forward_matmul, native
-from rookworld.forward import (
-    CompletionLogits,
-    completion_logits,
-    completion_logprobs,
-    logprob_chunk_rows,
-    unique_prompts,
-)
+from rookworld.backends.fast_gpt2 import attention, gelu, matmul, native
+from rookworld.backends.fast_gpt2.attention import group_order, unique_prompts
+from rookworld.backends.fast_gpt2.decode import sample
+from rookworld.backends.fast_gpt2.forward import CompletionLogits, completion_logprobs
+from rookworld.backends.logprobs import logprob_chunk_rows
 from rookworld.policy import build_random
-from rookworld.sampling import SamplingSettings, group_order, left_pad, sample
+from rookworld.sampling import SamplingSettings, left_pad
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +33,14 @@ pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (c
     ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn"),
     ("mkl", "AuthenticAMD", "mkl")])
 def test_cpu_matmul_choice_is_fixed_per_machine(monkeypatch, value, vendor, want):
-    monkeypatch.setattr(forward_matmul, "_cpu_vendor", lambda: vendor)
-    assert forward.resolve_cpu_matmul(value) == (want if forward.ONEDNN else "blas")
+    monkeypatch.setattr(matmul, "_cpu_vendor", lambda: vendor)
+    assert matmul.resolve_cpu_matmul(value) == (want if matmul.ONEDNN else "blas")
 
 
 def test_cpu_matmul_rejects_unknown_values():
     with pytest.raises(ValueError, match="cpu_matmul .* must be one of auto, onednn, blas, "
                                          "mkl, got 'openblas'"):
-        forward.resolve_cpu_matmul("openblas")
+        matmul.resolve_cpu_matmul("openblas")
 
 
 def batch(policy, texts, g, t=9, seed=0):
@@ -55,7 +53,7 @@ def batch(policy, texts, g, t=9, seed=0):
 @pytest.mark.parametrize("size", [4001, 100_003])  # odd tails; one thread, then several
 @pytest.mark.parametrize("kernel", ["native", "torch"])
 def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu(kernel, size, monkeypatch):
-    """forward.Gelu and gelu_tanh (the sigmoid form on CPU; through the native kernels
+    """gelu.Gelu and gelu_tanh (the sigmoid form on CPU; through the native kernels
     where they run, and through torch's operations) equal torch's tanh GELU, values and
     gradients, across the range where the gate saturates; Gelu passes gradcheck;
     gelu_tanh works in place without gradients and through Gelu with them."""
@@ -67,19 +65,19 @@ def test_sigmoid_form_gelu_is_gpt2s_tanh_gelu(kernel, size, monkeypatch):
     gy = torch.randn(size, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.nn.functional.gelu(a64, approximate="tanh").backward(gy)
     a = a64.detach().float().requires_grad_()
-    y = forward.Gelu.apply(a)
+    y = gelu.Gelu.apply(a)
     y.backward(gy.float())
     assert torch.allclose(y.double(), torch.nn.functional.gelu(a64.detach(), approximate="tanh"),
                           rtol=1e-6, atol=1e-6)
     assert torch.allclose(a.grad.double(), a64.grad, rtol=1e-5, atol=1e-5)
     inplace = a.detach().clone()
     with torch.no_grad():
-        assert forward.gelu_tanh(inplace) is inplace and torch.equal(inplace, y.detach())
+        assert gelu.gelu_tanh(inplace) is inplace and torch.equal(inplace, y.detach())
     a2 = a.detach().clone().requires_grad_()
-    y2 = forward.gelu_tanh(a2)
+    y2 = gelu.gelu_tanh(a2)
     assert type(y2.grad_fn).__name__ == "GeluBackward" and torch.equal(y2, y)
     x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(forward.Gelu.apply, (x * 3,))
+    assert torch.autograd.gradcheck(gelu.Gelu.apply, (x * 3,))
 
 
 def test_unique_prompts_and_group_order():
@@ -97,11 +95,11 @@ def test_unique_prompts_and_group_order():
 def test_fast_logits_equal_transformers(policy, hf):
     ids, mask, comp = batch(policy, ["P: abc ", "A: a much longer prompt+", "P: q "], g=3)
     fast = CompletionLogits(policy.model)(ids, mask, comp)
-    ref = completion_logits(hf, ids, mask, comp, torch.ones_like(comp))
+    ref = plain_completion_logits(hf, ids, mask, comp)
     assert fast.shape == ref.shape == (9, 9, 96)
     assert torch.allclose(fast, ref, atol=2e-5)
     # the model's own plain forward (pretraining) too
-    plain = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    plain = plain_completion_logits(policy.model, ids, mask, comp)
     assert torch.allclose(plain, ref, atol=2e-5)
 
 
@@ -113,8 +111,7 @@ def test_fast_gradients_equal_transformers(policy, hf, recompute):
     w = torch.randn(8, comp.shape[1], 96, generator=torch.Generator().manual_seed(1))
     grads = []
     for model, fn in ((policy.model, lambda: CompletionLogits(policy.model, recompute)(
-            ids, mask, comp)), (hf, lambda: completion_logits(hf, ids, mask, comp,
-                                                              torch.ones_like(comp)))):
+            ids, mask, comp)), (hf, lambda: plain_completion_logits(hf, ids, mask, comp))):
         model.zero_grad()
         (fn() * w).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
@@ -125,18 +122,17 @@ def test_fast_gradients_equal_transformers(policy, hf, recompute):
 
 def test_every_row_as_its_own_prompt_gives_the_same_logits(policy, monkeypatch):
     """The benchmarks' switch (ROOKWORLD_SHARE_PROMPTS=0) changes the work, not the maths."""
-    from rookworld import forward_attention
     ids, mask, comp = batch(policy, ["P: abc ", "A: a much longer prompt+"], g=3)
     shared = CompletionLogits(policy.model)(ids, mask, comp)
-    monkeypatch.setattr(forward_attention, "SHARE_PROMPTS", False)
-    assert len(forward_attention.unique_prompts(ids, mask)[0]) == 6
+    monkeypatch.setattr(attention, "SHARE_PROMPTS", False)
+    assert len(attention.unique_prompts(ids, mask)[0]) == 6
     assert torch.allclose(CompletionLogits(policy.model)(ids, mask, comp), shared, atol=2e-5)
 
 
 def test_chunked_logprobs_equal_full_log_softmax(policy):
     ids, mask, comp = batch(policy, ["P: abc ", "P: de "], g=3, t=5)
     temps = torch.tensor([1.0, 0.7, 1.3, 1.0, 2.0, 0.5])
-    full = completion_logits(policy.model, ids, mask, comp, torch.ones_like(comp))
+    full = plain_completion_logits(policy.model, ids, mask, comp)
     want = (full / temps[:, None, None]).log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
     for micro in (0, 1, 4):
         got = completion_logprobs(policy.model, ids, mask, comp, temps, micro)

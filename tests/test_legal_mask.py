@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from rookworld import backends
+from rookworld.backends.fast_gpt2.decode import sample
 from rookworld.backends.hf import HFBackend
 from rookworld.chess_tasks import parse_policy
 from rookworld.config import compose, pkg_data, validate
@@ -20,7 +21,7 @@ from rookworld.errors import ConfigError
 from rookworld.held_out import Evaluator
 from rookworld.legal_mask import legal_move_constraint
 from rookworld.policy import build_char_tokenizer, load_embedded
-from rookworld.sampling import SamplingSettings, decode_tokens, per_task_settings, sample
+from rookworld.sampling import SamplingSettings, decode_tokens, per_task_settings
 
 EOS = "<|endoftext|>"
 # promotions (with and without capture), castling both ways, en passant, check, and

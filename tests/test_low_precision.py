@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rookworld import precision
+from rookworld.backends.fast_gpt2.matmul import low_precision
 from rookworld.config import compose
-from rookworld.forward_matmul import low_precision
 from rookworld.train import build_engine, build_parts
 from tests.test_engine import LengthReward
 
@@ -42,7 +42,7 @@ def test_auto_takes_bf16_products_only_where_they_beat_float32(monkeypatch, vend
 @native
 @pytest.mark.parametrize("gelu", [False, True])
 def test_products_run_in_bf16_and_hand_back_float32(gelu):
-    from rookworld.forward_matmul import linear
+    from rookworld.backends.fast_gpt2.matmul import linear
 
     torch.manual_seed(0)
     x, w, b = torch.randn(96, 64), torch.randn(64, 48) / 8, torch.randn(48)
@@ -57,7 +57,7 @@ def test_products_run_in_bf16_and_hand_back_float32(gelu):
 
 @native
 def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_overrides):
-    from rookworld import forward_matmul
+    from rookworld.backends.fast_gpt2 import matmul
     from rookworld.data.load import read_samples
 
     cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16", "kl=fixed"])
@@ -66,15 +66,15 @@ def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_override
     assert engine.amp is None and engine.products == torch.bfloat16
     pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
     with low_precision(engine.products):
-        assert forward_matmul.LOW == torch.bfloat16
+        assert matmul.LOW == torch.bfloat16
         batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
-        low = engine._logprobs(engine.model, batch.rollout, batch.temperature)
+        low = engine.logprobs(engine.model, batch.rollout, batch.temperature)
         m = engine.update(batch, 0)
-    assert forward_matmul.LOW is None  # the context restores float32 products
+    assert matmul.LOW is None  # the context restores float32 products
     assert torch.isfinite(torch.tensor(m["loss/total"]))
-    exact = engine._logprobs(engine.ref, batch.rollout, batch.temperature)  # the start, float32
+    exact = engine.logprobs(engine.ref, batch.rollout, batch.temperature)  # the start, float32
     with low_precision(engine.products):
-        ref_low = engine._logprobs(engine.ref, batch.rollout, batch.temperature)
+        ref_low = engine.logprobs(engine.ref, batch.rollout, batch.temperature)
     mask = batch.rollout.completion_mask.bool()
     assert not torch.equal(ref_low[mask], exact[mask])
     assert torch.allclose(ref_low[mask], exact[mask], atol=0.1)
@@ -85,18 +85,19 @@ def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_override
 
 @native
 def test_a_run_updates_in_bf16_and_evaluates_in_float32(tiny_overrides, tmp_path, monkeypatch):
-    from rookworld import forward_matmul, train
+    from rookworld import train
+    from rookworld.backends.fast_gpt2 import matmul
     from rookworld.engine import GRPOEngine
 
     seen = {"update": [], "evaluate": []}
     update, evaluate = GRPOEngine.update, train.evaluate
 
     def watched_update(self, *a, **k):
-        seen["update"].append(forward_matmul.LOW)
+        seen["update"].append(matmul.LOW)
         return update(self, *a, **k)
 
     def watched_evaluate(*a, **k):
-        seen["evaluate"].append(forward_matmul.LOW)
+        seen["evaluate"].append(matmul.LOW)
         return evaluate(*a, **k)
 
     monkeypatch.setattr(GRPOEngine, "update", watched_update)

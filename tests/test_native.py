@@ -1,6 +1,6 @@
-"""The native kernels (rookworld/csrc through rookworld/native.py): built once per set of
-sources, switched off by ROOKWORLD_NATIVE=0, and decoding and teacher-forced attention equal
-to torch's paths (the GELU kernels: tests/test_forward.py)."""
+"""The native kernels (rookworld/backends/fast_gpt2/csrc through its native.py): built once
+per set of sources, switched off by ROOKWORLD_NATIVE=0, and decoding and teacher-forced
+attention equal to torch's paths (the GELU kernels: tests/test_forward.py)."""
 
 import os
 import platform
@@ -11,10 +11,11 @@ import sys
 import pytest
 import torch
 
-from rookworld import native
+from rookworld.backends.fast_gpt2 import attention, native
+from rookworld.backends.fast_gpt2.decode import KVCache, sample
+from rookworld.backends.fast_gpt2.tape import Tape
 from rookworld.policy import build_random
-from rookworld.sampling import KVCache, SamplingSettings, sample
-from rookworld.tape import Tape
+from rookworld.sampling import SamplingSettings
 
 X86_AVX2 = platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= set(
     native._cpu_flags().split())
@@ -135,7 +136,8 @@ def test_sampling_and_its_tape_are_the_same_either_way(monkeypatch):
 def test_built_once_per_source_in_its_own_directory(tmp_path):
     """A fresh cache directory gets one library; a second process reuses it."""
     env = dict(os.environ, ROOKWORLD_NATIVE_DIR=str(tmp_path))
-    code = "from rookworld import native; assert native.decode_attention_kernel() is not None"
+    code = ("from rookworld.backends.fast_gpt2 import native; "
+            "assert native.decode_attention_kernel() is not None")
     for _ in range(2):
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
     built = list(tmp_path.iterdir())  # one library, no temporary file left behind
@@ -152,14 +154,12 @@ def test_built_once_per_source_in_its_own_directory(tmp_path):
 ])
 def test_teacher_forced_attention_and_gradients_equal_sdpa(u, p, starts, order, g, s, h,
                                                            time_major):
-    """forward.prompt_completion_attention through the native kernel (on qkv [M,3C])
+    """attention.prompt_completion_attention through the native kernel (on qkv [M,3C])
     equals its torch path (on the q, k, v views), values and qkv gradients."""
-    from rookworld import forward
-
     mask = (torch.arange(p)[None, :] >= torch.tensor(starts)[:, None]).long()
     order_t = torch.tensor(order)
-    row_mask = forward.to_rows(mask, order_t, g)
-    attend = forward.prompt_completion_attention(mask, row_mask, order_t, g, s, time_major)
+    row_mask = attention.to_rows(mask, order_t, g)
+    attend = attention.prompt_completion_attention(mask, row_mask, order_t, g, s, time_major)
     assert attend.native is not None
     m, c = u * p + len(order) * g * s, h * 64
     gen = torch.Generator().manual_seed(u * 10 + s)

@@ -7,21 +7,22 @@ import sys
 import pytest
 import torch
 
-from rookworld import forward_matmul, runtime
+from rookworld import runtime
+from rookworld.backends.fast_gpt2 import matmul
 from rookworld.memory import peak_rss_mb
 
 
 @pytest.fixture
 def restored(monkeypatch):
     """Whatever the test sets, the matrix library and the allocator record come back."""
-    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)
+    monkeypatch.setattr(matmul, "CPU_MATMUL", matmul.CPU_MATMUL)
     monkeypatch.setattr(runtime, "_ALLOCATOR", dict(runtime._ALLOCATOR))
 
 
 def test_setup_sets_the_matrix_library_and_describes_it(restored, monkeypatch):
-    want = "onednn" if forward_matmul.ONEDNN else "blas"
+    want = "onednn" if matmul.ONEDNN else "blas"
     chosen = runtime.setup(want)
-    assert forward_matmul.CPU_MATMUL == chosen["cpu_matmul"] == want
+    assert matmul.CPU_MATMUL == chosen["cpu_matmul"] == want
     assert chosen["threads"] == torch.get_num_threads() and chosen["allocator"] == {}
     assert isinstance(chosen["native_kernels"], bool)
     json.dumps(chosen)  # runtime.json

@@ -2,16 +2,12 @@
 
 import pytest
 import torch
+from reference_forward import plain_completion_logits
 
-from rookworld.forward import completion_logits
+from rookworld.backends.fast_gpt2.decode import sample
+from rookworld.gpt2 import positions_from_mask
 from rookworld.policy import build_random
-from rookworld.sampling import (
-    SamplingSettings,
-    filter_logits,
-    left_pad,
-    positions_from_mask,
-    sample,
-)
+from rookworld.sampling import SamplingSettings, filter_logits, left_pad
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +95,8 @@ def test_sampling_logprobs_equal_teacher_forced_logprobs(policy):
     g = torch.Generator().manual_seed(0)
     s = SamplingSettings(temperature=0.7, top_k=20, max_new_tokens=16)
     r = sample(policy.model, prompts(policy) * 2, s, policy.eos_id, g)
-    logits = completion_logits(policy.model, r.prompt_ids, r.prompt_mask, r.completion_ids,
-                               r.completion_mask, temperature=0.7)
+    logits = plain_completion_logits(policy.model, r.prompt_ids, r.prompt_mask,
+                                     r.completion_ids, temperature=0.7)
     lp = logits.log_softmax(-1).gather(-1, r.completion_ids[..., None]).squeeze(-1)
     assert torch.allclose(lp * r.completion_mask, r.logprobs, atol=1e-5)
 

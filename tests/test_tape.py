@@ -4,10 +4,12 @@ forward would: the same final hidden states and the same parameter gradients."""
 import pytest
 import torch
 
-from rookworld.forward import CompletionLogits, final_norm, lm_head
+from rookworld.backends.fast_gpt2.blocks import final_norm, lm_head
+from rookworld.backends.fast_gpt2.decode import sample
+from rookworld.backends.fast_gpt2.forward import CompletionLogits
+from rookworld.backends.fast_gpt2.tape import Tape, backward_with
 from rookworld.policy import build_random
-from rookworld.sampling import SamplingSettings, sample
-from rookworld.tape import Tape, backward_with
+from rookworld.sampling import SamplingSettings
 
 pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (conftest)
 

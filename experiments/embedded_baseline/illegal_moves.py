@@ -86,7 +86,7 @@ def count(model: str, samples: int, group: int = 0, data: str | None = None
     if group:
         import torch
 
-        from rookworld.sampling import sample
+        from rookworld.backends.fast_gpt2.decode import sample
         settings, gen, texts = instantiate(cfg.sampler)["P"], torch.Generator().manual_seed(0), []
         for i in range(0, len(held), 16):  # 16 positions x group rows a batch
             prompts = [policy.encode_prompt(s.prompt) for s in held[i:i + 16]

@@ -34,13 +34,16 @@ import torch
 
 def derive_positions(model) -> None:
     """Wraps a transformers GPT-2's forward so that a call without `position_ids` gets them
-    from the attention mask: `cumsum(mask) - 1`, its last positions for a cached step."""
+    from the attention mask (`gpt2.positions_from_mask`), its last positions for a cached
+    step."""
+    from rookworld.gpt2 import positions_from_mask
+
     forward = model.forward
 
     def with_positions(*args, **kw):
         ids, mask = kw.get("input_ids"), kw.get("attention_mask")
         if kw.get("position_ids") is None and ids is not None and mask is not None:
-            pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            pos = positions_from_mask(mask)
             kw["position_ids"] = pos[:, -ids.shape[1]:]
         return forward(*args, **kw)
 

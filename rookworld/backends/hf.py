@@ -1,9 +1,10 @@
 """The transformers backend: any `AutoModelForCausalLM` through its own forward.
 
 Prompts are left-padded and every real token's position counts real tokens only
-(`forward.positions_from_mask`), as in the fast path; sampling keeps the model's own KV
-cache (`past_key_values`) and chooses tokens exactly as `sampling.sample` does (same
-filters, same log-prob of the sampled id under logits / temperature).
+(`gpt2.positions_from_mask`), as in the fast path; sampling keeps the model's own KV
+cache (`past_key_values`) and chooses tokens through the fast path's loop
+(`sampling.decode_tokens`: same filters, same log-prob of the sampled id under logits /
+temperature).
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..forward import chunked, positions_from_mask
-from ..gpt2 import is_rookworld_gpt2
+from ..gpt2 import is_rookworld_gpt2, positions_from_mask
 from ..sampling import Rollout, decode_tokens, left_pad
+from .logprobs import chunked_token_logprobs, logprob_chunk_rows
 
-# Elements of [rows, T, V] float32 logits per no-grad log-prob chunk when micro_batch is 0
-# (256 MiB): a large vocabulary then never holds the whole batch's logits at once.
+# hf's `logprob_chunk_rows` budget (256 MiB of logits), not the fast path's: each chunk is
+# also a forward's batch, whose row count picks a GPU's kernels (their speed and rounding)
 LOGITS_CHUNK_ELEMENTS = 1 << 26
 
 
@@ -69,15 +70,13 @@ class HFBackend:
     @torch.no_grad()
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, temperature,
                  micro_batch=0):
-        t = completion_ids.shape[1]
-        rows = micro_batch if micro_batch > 0 else max(
-            1, LOGITS_CHUNK_ELEMENTS // ((t + 1) * model.config.vocab_size))
-
-        def fn(pi, pm, ci, tt):
-            logits = completion_logits(model, pi, pm, ci) / tt[:, None, None]
-            picked = logits.gather(-1, ci[:, :, None]).squeeze(-1)
-            return picked - torch.logsumexp(logits, dim=-1)
-        return chunked(fn, rows, prompt_ids, prompt_mask, completion_ids, temperature)
+        t = completion_ids.shape[1]  # the forward keeps t + 1 positions' logits
+        rows = micro_batch if micro_batch > 0 else logprob_chunk_rows(
+            t + 1, model.config.vocab_size, LOGITS_CHUNK_ELEMENTS)
+        return chunked_token_logprobs(
+            lambda chunk: completion_logits(model, prompt_ids[chunk], prompt_mask[chunk],
+                                            completion_ids[chunk]),
+            completion_ids, temperature, rows)
 
     @torch.no_grad()
     def sample(self, model, prompts, settings, eos_id, generator=None, tape_budget=0,

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .forward_gelu import gelu_tanh
-from .precision import cpuinfo
+from ...precision import cpuinfo
+from .gelu import gelu_tanh
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 LOW: torch.dtype | None = None  # the products' dtype inside `low_precision` (None: float32)

@@ -1,9 +1,9 @@
 /* rookworld's native CPU kernels, float32, x86-64 with AVX2 and FMA. Built at first use
- * by rookworld/native.py (-O3 -march=native -fopenmp) and run on torch's OpenMP threads;
+ * by ../native.py (-O3 -march=native -fopenmp) and run on torch's OpenMP threads;
  * without a compiler, or on other CPUs, callers keep torch's operations.
  *
  * rw_decode_attention: the decoding step's attention over the sampler's grouped KV cache
- * (rookworld/sampling.py, KVCache), heads of 64. torch's attention for the group layout
+ * (../decode.py, KVCache), heads of 64. torch's attention for the group layout
  * runs each group's G queries over the whole group block (the G - 1 other rows'
  * completion keys masked), and at decoding sizes its per-call overhead and that G-fold
  * work dominate; here each row reads only its own keys, and the rows of a group walk
@@ -17,11 +17,11 @@
  * row attends over its prompt and its completion tokens 0..t: out [N, H * 64].
  *
  * rw_prefix_attention(_backward): the teacher-forced attention of the reference pass and
- * the update (rookworld/forward_attention.py, prompt_completion_attention) on the qkv product itself,
+ * the update (../attention.py, prompt_completion_attention) on the qkv product itself,
  * without the per-row copies of each prompt's keys and the mask torch's path builds.
  *
  * rw_gelu_*: GPT-2's tanh GELU in its sigmoid form, a * sigmoid(a (C1 + C3 a^2)), in one
- * pass over memory (torch's takes six and a temporary; rookworld/forward_gelu.py, gelu_tanh
+ * pass over memory (torch's takes six and a temporary; ../gelu.py, gelu_tanh
  * and Gelu). */
 #include "simd.h"
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .forward_gelu import gelu_tanh
-from .forward_matmul import Packed, _dnn, _train_product, _train_product_grads, linear
+from .gelu import gelu_tanh
+from .matmul import Packed, _dnn, _train_product, _train_product_grads, linear
 
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 

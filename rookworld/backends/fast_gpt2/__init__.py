@@ -1,10 +1,19 @@
-"""The fast CPU GPT-2 backend: rookworld's functional forward (`forward.py`), its KV-cache
-sampler with native kernels (`sampling.py`) and the rollout tape (`tape.py`)."""
+"""The fast CPU GPT-2 backend (`FastGPT2`), rookworld's own GPT-2 forward in modules:
+
+    forward.py    whole-model passes: teacher-forced hidden states and logits, log-probs
+    attention.py  masks, prompt sharing, the prompts' and completions' attention
+    blocks.py     one block, its replay from a tape, the final norm and output matrix
+    gelu.py       GPT-2's tanh GELU through its sigmoid form
+    matmul.py     the CPU matrix library, `linear`, oneDNN-packed decoding weights
+    decode.py     the sampler: KV cache, prefill, one decoding step at a time
+    tape.py       the sampler's kept forward, replayed by the update
+    native.py     C kernels (csrc/: decoding and teacher-forced attention, GELU), built with cc
+"""
 
 from __future__ import annotations
 
-from ..forward import CompletionLogits, completion_logprobs
-from ..sampling import sample
+from .decode import sample
+from .forward import CompletionLogits, completion_logprobs
 
 
 class FastGPT2:

@@ -8,7 +8,7 @@ residual stream), its queries and the residual after attention (3C floats a toke
 layer, and the final residual); the keys and values stay in the sampler's cache, kept
 with the tape. The update takes the log-probs from the final residual (final norm and
 output matrix with gradients, as the forward would), and `backward` replays the blocks
-from the top (`forward.replay_attention`, `forward.replay_mlp`): three of a block's
+from the top (`blocks.replay_attention`, `blocks.replay_mlp`): three of a block's
 four matrix products (attention input, attention output, MLP output; 8 of its 12 C^2
 multiply-adds a token) take their outputs from the tape, the MLP's first product runs
 again with the layer norms, attention and GELU (keeping its [4C] output instead would
@@ -28,14 +28,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .forward import (
-    Keep,
-    positions_from_mask,
-    prompt_completion_attention,
-    replay_attention,
-    replay_mlp,
-    to_rows,
-)
+from ...gpt2 import positions_from_mask
+from .attention import prompt_completion_attention, to_rows
+from .blocks import Keep, replay_attention, replay_mlp
 
 # floats a token keeps per layer: x (C), q (C), xm (C); its keys and values stay in the
 # sampler's cache (2C), kept with the tape
@@ -47,7 +42,7 @@ MLP_ROWS = 1536
 
 
 class Tape:
-    """The kept forward of one `sampling.sample` call: U distinct prompts of width P
+    """The kept forward of one `decode.sample` call: U distinct prompts of width P
     (rows 0 .. U*P-1) and N completion rows of up to `max_steps` decoding steps (step
     t of row n at U*P + t*N + n, so one step writes one contiguous block)."""
 
@@ -70,7 +65,7 @@ class Tape:
         self.nbytes = sum(t.nbytes for t in self.x + self.q + self.xm)
 
     def attach(self, cache) -> None:
-        """Keep the sampler's KVCache (`sampling.KVCache`, same groups): the keys and
+        """Keep the sampler's KVCache (`decode.KVCache`, same groups): the keys and
         values the tape does not copy."""
         self.cache = cache
         self.nbytes += cache.kv.nbytes
@@ -97,7 +92,7 @@ class Tape:
 
     def step_rows(self, t: int, tok: Tensor, positions: Tensor) -> slice:
         """The tape rows of decoding step t (inputs tok at positions [N]), which
-        `sampling.decode_block` writes; steps come in order."""
+        `decode.decode_block` writes; steps come in order."""
         assert t == self.steps, (t, self.steps)
         self.ids[t], self.pos[t] = tok, positions
         self.steps = t + 1

@@ -1,12 +1,12 @@
-"""Native CPU kernels (rookworld/csrc: kernels.c and one file per kernel), built at first
-use into one library, loaded through ctypes.
+"""Native CPU kernels (csrc/ beside this module: kernels.c and one file per kernel), built
+at first use into one library, loaded through ctypes.
 
 - the decoding step's attention over the sampler's grouped KV cache
-  (`decode_attention_kernel`, used by `sampling.KVCache.attend`);
+  (`decode_attention_kernel`, used by `decode.KVCache.attend`);
 - GPT-2's tanh GELU in one pass, in place or keeping its gate, and its backward
-  (`gelu_kernels`, used by `forward.gelu_tanh` and `forward.Gelu`);
+  (`gelu_kernels`, used by `gelu.gelu_tanh` and `gelu.Gelu`);
 - teacher-forced attention over distinct prompts and their groups' completions, and its
-  backward (`prefix_attention_kernels`, used by `forward.prompt_completion_attention`).
+  backward (`prefix_attention_kernels`, used by `attention.prompt_completion_attention`).
 
 The library is compiled on the machine that runs it (`cc -O3 -march=native -fopenmp`),
 once per set of sources, compiler and CPU, into ROOKWORLD_NATIVE_DIR (default

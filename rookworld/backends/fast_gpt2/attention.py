@@ -1,6 +1,7 @@
-"""Masks, positions and prompt sharing for left-padded (prompt, completion) batches, and
-the attention of distinct prompts and their groups' completions
-(`prompt_completion_attention`, through the native kernel where it builds)."""
+"""Masks and prompt sharing for left-padded (prompt, completion) batches, and the
+attention of distinct prompts and their groups' completions
+(`prompt_completion_attention`, through the native kernel where it builds); positions are
+`gpt2.positions_from_mask`."""
 
 from __future__ import annotations
 
@@ -11,12 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import native
-from .forward_blocks import Attend
-
-
-def positions_from_mask(mask: Tensor) -> Tensor:
-    """[N,S] attention mask -> [N,S] positions counting real tokens from 0 (pads get 0)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+from .blocks import Attend
 
 
 def prefill_mask(prompt_mask: Tensor) -> Tensor:

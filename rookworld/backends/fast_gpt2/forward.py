@@ -1,8 +1,8 @@
 """GPT-2 forward passes over left-padded (prompt, completion) batches.
 
-Left-padded batches need explicit positions `cumsum(mask) - 1`: a plain
-transformers forward counts the padding (~9 nats off per sequence), so
-every forward here passes them.
+Left-padded batches need explicit positions `cumsum(mask) - 1`
+(`gpt2.positions_from_mask`): a plain transformers forward counts the padding (~9 nats
+off per sequence), so every forward here passes them.
 
 The fast path (`completion_hidden`, `CompletionLogits`, `completion_logprobs`)
 is a functional GPT-2 over the model's own parameters that shares each prompt's
@@ -12,27 +12,28 @@ G completions (gradients flow back through the gather and sum over the group).
 Same maths as one forward per row, about half the FLOPs at G = 8 when prompt
 and completion are of similar length. GELU is GPT-2's tanh form (`gelu_new`): fused
 into oneDNN's product where that runs it; without gradients otherwise, and in the update's
-replay, on CPU as a * sigmoid(2u) (`gelu_tanh`, the native kernel where it builds), the same
-function at a fraction of torch's tanh cost; the teacher-forced training forward keeps
+replay, on CPU as a * sigmoid(2u) (`gelu.gelu_tanh`, the native kernel where it builds), the
+same function at a fraction of torch's tanh cost; the teacher-forced training forward keeps
 torch's (its backward keeps one tensor less).
-Log-probs are taken in row chunks sized by the vocabulary, so an [N, T, V] log-softmax is
-never materialised for the whole batch at once.
+Log-probs are taken in row chunks sized by the vocabulary (`backends.logprobs`), so an
+[N, T, V] log-softmax is never materialised for the whole batch at once.
 
-On CPU the matrix products go through oneDNN or MKL (`forward_matmul.linear`, `CPU_MATMUL`,
+On CPU the matrix products go through oneDNN or MKL (`matmul.linear`, `CPU_MATMUL`,
 set by `runtime.setup` from the `cpu_matmul` setting: a fixed choice per machine, recorded
 in each checkpoint). Decoding uses oneDNN weights packed once per rollout
-(`pack_weights`). torch.compile is not used: inductor cannot lower oneDNN's linear over
-packed or training weights, and compiled unpacked decoding ran slower than eager.
+(`matmul.pack_weights`). torch.compile is not used: inductor cannot lower oneDNN's linear
+over packed or training weights, and compiled unpacked decoding ran slower than eager.
 Recomputing layer norms and GELUs in backward (`recompute`) trades time for memory, so it
 is an option. Measured figures: benchmarks/README.md.
 
-`block` can hand its activations to a `tape.Tape` while sampling, and `replay_attention`
-and `replay_mlp` differentiate a block from them, running only one of its four matrix
-products again (the update then skips two thirds of the policy's forward).
+`blocks.block` can hand its activations to a `tape.Tape` while sampling, and
+`blocks.replay_attention` and `blocks.replay_mlp` differentiate a block from them, running
+only one of its four matrix products again (the update then skips two thirds of the
+policy's forward).
 
-This module holds the whole-model passes and re-exports the parts: `forward_matmul`
-(matrix library, `linear`, packing), `forward_gelu`, `forward_blocks` (blocks, replay,
-output matrix) and `forward_attention` (masks, prompt sharing, attention).
+This module holds the whole-model passes; the parts are `matmul` (matrix library,
+`linear`, packing), `gelu`, `blocks` (blocks, replay, output matrix) and `attention`
+(masks, prompt sharing, attention).
 """
 
 from __future__ import annotations
@@ -43,46 +44,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .forward_attention import (
+from ...gpt2 import positions_from_mask
+from ..logprobs import chunked, chunked_token_logprobs, logprob_chunk_rows
+from .attention import (
     group_order,
-    left_pad_starts,
-    positions_from_mask,
     prefill_mask,
     prompt_completion_attention,
     to_rows,
     unique_prompts,
 )
-from .forward_blocks import (
-    Attend,
-    Keep,
-    block,
-    final_norm,
-    lm_head,
-    replay_attention,
-    replay_mlp,
-)
-from .forward_gelu import Gelu, gelu_tanh
-from .forward_matmul import (
-    CPU_MATMUL_CHOICES,
-    ONEDNN,
-    Packed,
-    linear,
-    pack_weights,
-    resolve_cpu_matmul,
-)
-
-# the names the rest of rookworld imports from here; the matrix library in effect is
-# forward_matmul.CPU_MATMUL (a module global that `runtime.setup` sets)
-__all__ = ["Attend", "CPU_MATMUL_CHOICES", "CompletionLogits", "Gelu", "Keep", "ONEDNN",
-           "Packed", "block", "check_gpt2", "chunked", "completion_hidden",
-           "completion_logits", "completion_logprobs", "final_norm", "gelu_tanh",
-           "group_order", "left_pad_starts", "linear", "lm_head", "logprob_chunk_rows",
-           "pack_weights", "positions_from_mask", "prefill_mask", "prompt_completion_attention",
-           "prompt_forward", "replay_attention", "replay_mlp", "resolve_cpu_matmul", "to_rows",
-           "token_logprobs_from_hidden", "unique_prompts"]
-
-# Elements of [rows, T, V] float32 logits per log-prob chunk (64 MiB).
-LOGPROB_CHUNK_ELEMENTS = 1 << 24
+from .blocks import Keep, block, final_norm, lm_head
 
 
 def check_gpt2(model) -> None:
@@ -161,22 +132,12 @@ class CompletionLogits(nn.Module):
         return lm_head(self.model, hidden).float()
 
 
-def logprob_chunk_rows(t: int, v: int, elements: int = LOGPROB_CHUNK_ELEMENTS) -> int:
-    """Rows per log-prob chunk so that [rows, t, v] holds at most `elements` (>= 1)."""
-    return max(1, elements // max(1, t * v))
-
-
 def token_logprobs_from_hidden(model, hidden: Tensor, ids: Tensor, temperature: Tensor) -> Tensor:
     """log softmax(lm_head(hidden) / temperature)[ids]: hidden [N,T,C], ids [N,T] long,
     temperature [N] -> [N,T] float32, in row chunks (no whole-batch [N,T,V] tensor)."""
-    n, t = ids.shape
-    rows = logprob_chunk_rows(t, model.lm_head.weight.shape[0])
-    out = []
-    for i in range(0, n, rows):
-        logits = lm_head(model, hidden[i:i + rows]).float() / temperature[i:i + rows, None, None]
-        picked = logits.gather(-1, ids[i:i + rows, :, None]).squeeze(-1)
-        out.append(picked - torch.logsumexp(logits, dim=-1))
-    return torch.cat(out)
+    rows = logprob_chunk_rows(ids.shape[1], model.lm_head.weight.shape[0])
+    return chunked_token_logprobs(lambda chunk: lm_head(model, hidden[chunk]).float(), ids,
+                                  temperature, rows)
 
 
 @torch.no_grad()
@@ -189,24 +150,3 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
         hidden = completion_hidden(model, pi, pm, ci)
         return token_logprobs_from_hidden(model, hidden, ci, tt)
     return chunked(fn, micro_batch, prompt_ids, prompt_mask, completion_ids, temperature)
-
-
-def completion_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                      completion_mask: Tensor, temperature: float = 1.0) -> Tensor:
-    """A model's own forward (rookworld's `gpt2.GPT2LMHeadModel`, or transformers' class
-    from `to_transformers()`): logits [N,T,V] predicting each completion token, divided by
-    temperature. Reference for the fast path's tests."""
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                use_cache=False)
-    p, t = prompt_ids.shape[1], completion_ids.shape[1]
-    logits = out.logits[:, p - 1:p - 1 + t].float()
-    return logits / temperature if temperature not in (0, 1) else logits
-
-
-def chunked(fn: Callable[..., Tensor], chunk: int, *tensors: Tensor) -> Tensor:
-    """Apply fn to row-chunks of the tensors and concatenate the results along dim 0."""
-    n = tensors[0].shape[0]
-    chunk = n if chunk <= 0 else chunk
-    return torch.cat([fn(*(t[i:i + chunk] for t in tensors)) for i in range(0, n, chunk)])
