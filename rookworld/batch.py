@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .backends.logprobs import logprob_chunk_rows
 from .chess_tasks import Sample
-from .forward import logprob_chunk_rows
 from .sampling import Rollout
 
 

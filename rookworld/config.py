@@ -11,7 +11,7 @@ from pathlib import Path
 from hydra.utils import instantiate as _instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .engine_settings import micro_batch_tokens
+from .engine_settings import EngineSettings, check_backend
 from .errors import ConfigError
 from .files import is_hub_id
 
@@ -50,21 +50,17 @@ def instantiate(node, **kwargs):
         raise ConfigError(f"cannot build {target or 'config node'}: {e}") from e
 
 
+# the checks of the train config's own keys that no typed settings object holds (the
+# engine's are `EngineSettings`', the algorithm's `grpo.Algorithm`'s)
 _INT_RULES = {  # key: (minimum, why)
-    "seed": (0, "a non-negative integer"),
-    "steps": (1, "an integer >= 1"),
     "prompts_per_step": (1, "an integer >= 1"),
-    "num_generations": (2, "an integer >= 2 (a group of one has no advantage)"),
-    "rollout_tape_mib": (0, "an integer >= 0 (0 = the update always runs its own forward)"),
     "eval_every": (0, "an integer >= 0"),
     "checkpoint_every": (0, "an integer >= 0"),
     "examples_to_log": (0, "an integer >= 0"),
-    "reference.sync_every": (0, "an integer >= 0"),
     "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
     "sweep.replicas": (1, "an integer >= 1"),
 }
-_AUTO_OR_INT_KEYS = {"micro_batch": "whole batch", "mmap_threshold_kib": "glibc's default"}
-_BOOL_KEYS = ("dry_run", "reference.enabled", "release_memory", "recompute_activations")
+_BOOL_KEYS = ("dry_run",)
 
 
 def _get(cfg: DictConfig, key: str):
@@ -78,12 +74,10 @@ def validate(cfg: DictConfig) -> None:
         v = _get(cfg, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ConfigError(f"{key} must be {rule}, got {v!r}")
-    for key, zero in _AUTO_OR_INT_KEYS.items():
-        v = _get(cfg, key)
-        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ConfigError(f"{key} must be auto or an integer >= 0 (0 = {zero}), got {v!r}")
     try:
-        micro_batch_tokens(_get(cfg, "micro_batch_tokens"), 0)
+        s = EngineSettings.from_config(cfg)
+        check_backend(s.backend, s.autocast, s.device, cfg.model.get("_target_") == HF_LOADER,
+                      s.recompute_activations)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for key in _BOOL_KEYS:
@@ -117,32 +111,15 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("task_mix=fixed_batch trains on the same prompts every step, but "
                           f"prompt_filter.oversample={cfg.prompt_filter.oversample} would pick "
                           "a part of a larger draw each step; set prompt_filter.oversample=1")
-    if cfg.zero_variance not in ("keep", "drop"):
-        raise ConfigError(f"zero_variance must be keep or drop, got {cfg.zero_variance!r}")
-    alpha = cfg.reference.sync_alpha
-    if not isinstance(alpha, int | float) or not 0 < alpha <= 1:
-        raise ConfigError(f"reference.sync_alpha must be in (0, 1], got {alpha!r}")
-    from .grpo import FULL_ESTIMATORS, KL_ESTIMATOR_NAMES
-    if cfg.algorithm.kl_estimator not in KL_ESTIMATOR_NAMES:
-        raise ConfigError(f"algorithm.kl_estimator must be one of "
-                          f"{', '.join(KL_ESTIMATOR_NAMES)}, got {cfg.algorithm.kl_estimator!r}")
+    from .grpo import FULL_ESTIMATORS
     watched = OmegaConf.select(cfg, "guard.kl.estimator", default=None)
     if str(watched).startswith("full_") and cfg.algorithm.kl_estimator not in FULL_ESTIMATORS:
         raise ConfigError(f"guard.kl.estimator={watched} needs both models' logits, which only "
                           "a full KL penalty computes: set algorithm.kl_estimator to full_forward, "
                           "full_reverse or full_symmetric, or watch k1, k2 or k3")
-    ni = cfg.algorithm.num_iterations
-    if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
-        raise ConfigError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")
-    _check_backend(cfg)
     if cfg.data.on_defect not in ("drop", "relabel"):
         raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
-    for key, dev in (("device", cfg.device), ("reference.device",
-                                               (cfg.get("reference") or {}).get("device"))):
-        if dev is None and key == "reference.device":
-            continue  # with the policy
-        if not str(dev).startswith(("cpu", "cuda")):
-            raise ConfigError(f"{key} must be cpu, cuda or cuda:N, got {dev!r}")
+    for key, dev in (("device", s.device), ("reference.device", s.reference.device)):
         if str(dev).startswith("cuda"):
             import torch
             if not torch.cuda.is_available():
@@ -164,26 +141,6 @@ def validate(cfg: DictConfig) -> None:
 
 
 HF_LOADER = "rookworld.backends.hub.load_hf"  # model=hf: transformers' models only
-
-
-def _check_backend(cfg: DictConfig) -> None:
-    """backend names a known choice that can run the model and the settings asked for."""
-    backend, hf_model = cfg.get("backend", "auto"), cfg.model.get("_target_") == HF_LOADER
-    if backend not in ("auto", "fast_gpt2", "hf"):
-        raise ConfigError(f"backend must be auto, fast_gpt2 or hf, got {backend!r}")
-    if backend == "fast_gpt2" and hf_model:
-        raise ConfigError("backend=fast_gpt2 runs rookworld's own GPT-2 only; model=hf needs "
-                          "backend=hf or auto")
-    amp, on_gpu = cfg.get("autocast", "auto"), str(cfg.get("device", "cpu")).startswith("cuda")
-    runs_hf = backend == "hf" or hf_model or (backend == "auto" and on_gpu)
-    if cfg.get("recompute_activations") and runs_hf:
-        raise ConfigError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
-                          "runs transformers' forward as it is); set it to false")
-    if amp not in ("auto", "bf16", "off"):
-        raise ConfigError(f"autocast must be auto, bf16 or off, got {amp!r}")
-    if amp == "bf16" and backend == "fast_gpt2" and on_gpu:
-        raise ConfigError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
-                          "backend=hf (or auto)")
 
 
 def _locate(target: str, key: str):

@@ -1,9 +1,10 @@
 """The GRPO engine: `rollout()` samples and scores, `update()` takes the PPO steps.
 
-It owns the policy, the frozen reference and the optimiser; every algorithmic
-choice (advantages, policy loss, aggregation, KL schedule, reward) is an
-object injected from config, every other setting one `EngineSettings`. The maths lives in
-`grpo.py`; the batch it hands from rollout to update in `batch.py`.
+It owns the policy, the frozen reference and the optimiser. What the update optimises is
+one `grpo.Algorithm` (advantages, clipped surrogate, KL estimator, entropy, credit) and
+its loss one pure function, `grpo.compute_loss`; every other choice is one
+`EngineSettings`. The batch it hands from rollout to update is `batch.Batch`.
+Built from Python without Hydra as in docs/python_api.md.
 """
 
 from __future__ import annotations
@@ -21,56 +22,46 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from . import backends, credit, grpo, precision
+from .backends.fast_gpt2.blocks import final_norm, lm_head
 from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
 from .distributed import DistContext
-from .engine_settings import EngineSettings
-from .forward import final_norm, lm_head
+from .engine_settings import EngineSettings, micro_batch_tokens
 from .optim import scale_lr
-from .runtime import mmap_threshold_during, release_freed_memory
+from .runtime import choose_allocator, mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
-
-# policy-loss stats averaged over the num_iterations updates of a batch (with one update the
-# ratio is 1 by construction, so the first iteration alone would always show no clipping)
-RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_mean",
-               "policy/ratio_max")
 
 
 class GRPOEngine:
     """policy: `policy.Policy`; reward: `rewards.Reward` (its `at(step)` picks the
-    curriculum stage); advantage/loss: `grpo.GroupAdvantage`/`grpo.PolicyLoss`;
-    kl: a `kl_schedule.*` schedule; optim: `optim.AdamWSpec`; sampling: per-task settings;
-    settings: every other choice (`EngineSettings`); dist: a `distributed.DistContext`
-    under torchrun (None: one process): each rank samples its share of the prompts and
-    DistributedDataParallel averages gradients; anchor: an `anchor.Anchor` whose
-    cross-entropy on ground-truth samples (`Batch.anchor`) each update adds (PPO-ptx), or
-    None.
+    curriculum stage); algorithm: `grpo.Algorithm`; settings: `EngineSettings`; kl: a
+    `kl_schedule` schedule (beta per step); optim: `optim.AdamWSpec`; sampling: per-task
+    `sampling.SamplingSettings` (`sampling.per_task_settings`); dist: a
+    `distributed.DistContext` under torchrun (None: one process): each rank samples its
+    share of the prompts and DistributedDataParallel averages gradients; anchor: an
+    `anchor.Anchor` whose cross-entropy on ground-truth samples (`Batch.anchor`) each update
+    adds (PPO-ptx), or None.
     """
 
-    def __init__(self, policy, reward, advantage, loss, kl, optim,
-                 sampling: dict[str, SamplingSettings], settings: EngineSettings,
+    def __init__(self, policy, reward, algorithm: grpo.Algorithm, settings: EngineSettings, *,
+                 kl, optim, sampling: dict[str, SamplingSettings],
                  dist: DistContext | None = None, anchor=None):
         s = self.settings = settings
-        self.policy, self.reward, self.advantage, self.loss, self.kl = (
-            policy, reward, advantage, loss, kl)
-        self.sampling, self.G, self.seed = sampling, s.num_generations, s.seed
-        self.num_iterations, self.kl_estimator = s.num_iterations, s.kl_estimator
-        self.entropy_coef, self.zero_variance = s.entropy_coef, s.zero_variance
-        self.credit, self._token_lengths = s.credit, {}  # credit.token_ends' cache
-        self.micro_batch, self.micro_batch_tokens = s.micro_batch, s.micro_batch_tokens
-        self.ref_sync_every, self.ref_sync_alpha = s.ref_sync_every, s.ref_sync_alpha
-        self.dist = dist
-        self.release_memory = s.release_memory
+        self.policy, self.reward, self.algorithm, self.kl = policy, reward, algorithm, kl
+        self.sampling, self.G, self.dist = sampling, s.num_generations, dist
+        self._token_lengths = {}  # credit.token_ends' cache
         self.device = dist.device if dist else torch.device(s.device)
-        self.ref_device = torch.device(s.reference_device) if s.reference_device else self.device
+        self.ref_device = torch.device(s.reference.device) if s.reference.device else self.device
+        n_params = sum(q.numel() for q in policy.model.parameters())
+        self.micro_batch_tokens = micro_batch_tokens(s.micro_batch_tokens, n_params)
+        self.update_mmap_kib = choose_allocator(s.mmap_threshold_kib, n_params, self.device)
         # one precision for the run, the reference's too (amp: torch.autocast's dtype, hf;
-        # products: fast_gpt2's own bf16 products, `forward_matmul.low_precision`)
+        # products: fast_gpt2's own bf16 products)
         self.backend, self.amp, self.products = backends.choose(
             s.backend, policy.model, self.device, s.autocast)
         policy.model = self.backend.prepare(policy.model.to(self.device)).to(self.device)
         policy.backend = self.backend
         self.model = policy.model.eval()  # dropout is 0; eval anyway
-        self.update_mmap_kib = s.mmap_threshold_kib
         # the policy's teacher-forced forward
         self.logits_fn = self.backend.logits_module(self.model, recompute=s.recompute_activations)
         if dist:  # DDP copies rank 0's weights to every rank here, before the reference
@@ -78,12 +69,11 @@ class GRPOEngine:
                 self.logits_fn, device_ids=[self.device] if self.device.type == "cuda" else None,
                 forward_sync_buffers=False)
         self.ref = None
-        if s.use_reference:
+        if s.reference.enabled:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval().to(self.ref_device)
         self.optim = optim
         self.optimizer, self.scheduler = optim.build(
-            [p for p in self.model.parameters() if p.requires_grad], s.total_steps)
-        self.nan_lr_backoff = s.nan_lr_backoff
+            [p for p in self.model.parameters() if p.requires_grad], s.steps)
         self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
 
@@ -91,7 +81,7 @@ class GRPOEngine:
     def _generator(self, step: int, salt: int) -> torch.Generator:
         g = torch.Generator(device=self.device)
         rank = self.dist.rank if self.dist else 0
-        return g.manual_seed(self.seed * 1_000_003 + step * 101 + salt + rank * 7_919_000_017)
+        return g.manual_seed(self.settings.seed * 1_000_003 + step * 101 + salt + rank * 7_919_000_017)
 
     def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
         rows = [s for s in samples for _ in range(self.G)]
@@ -127,28 +117,28 @@ class GRPOEngine:
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
         if self.amp is not None:  # the sampler's cached steps round differently under autocast:
-            r.logprobs = self._logprobs(self.model, r, temps)  # the update's pass: ratio 1
+            r.logprobs = self.logprobs(self.model, r, temps)  # the update's pass: ratio 1
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
-        loss_adv = adv if self.credit != "moves" else credit.rollout_advantages(
+        loss_adv = adv if self.algorithm.credit != "moves" else credit.rollout_advantages(
             adv, rows, texts, r, self.G, self.policy.tokenizer, self._token_lengths)
         loss_mask = r.completion_mask.float()
-        if self.zero_variance == "drop":
+        if self.settings.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
                 self.device)
-        ref_lp = self._logprobs(self.ref, r, temps) if self.ref is not None else None
+        ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
         t3 = time.perf_counter()
         m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
-        if hasattr(self.advantage, "metrics"):  # running statistics of stateful advantages
-            m.update(self.advantage.metrics())
+        if hasattr(self.algorithm.advantage, "metrics"):  # stateful advantages' statistics
+            m.update(self.algorithm.advantage.metrics())
         norm_tokens, norm_rows = float(loss_mask.sum()), len(rows)
         if self.dist:
             m = self._global_metrics(self.dist.combine_metrics(m), rewards, adv_every)
             norm_tokens = self.dist.sum_floats({"t": norm_tokens})["t"]
             norm_rows *= self.dist.world
-        if self.release_memory:
+        if self.settings.release_memory:
             release_freed_memory()
         return Batch(samples, r, texts, temps, rewards, loss_adv, loss_mask, ref_lp, m,
                      norm_tokens, norm_rows)
@@ -159,12 +149,12 @@ class GRPOEngine:
         step's advantages); under DDP from every rank's rewards (a batch-level std sees the
         whole step) and computed once, so running statistics advance once a step."""
         if not self.dist:
-            adv = self.advantage(rewards, self.G, tasks=tasks, step=step)
+            adv = self.algorithm.advantage(rewards, self.G, tasks=tasks, step=step)
             return adv.to(self.device), grpo.zero_variance_groups(rewards, self.G), adv
         every = self.dist.all_gather(rewards.to(self.device)).cpu()
         n, k = len(rewards), self.dist.rank
-        adv_every = self.advantage(every, self.G, tasks=self.dist.all_gather_list(tasks),
-                                   step=step)
+        adv_every = self.algorithm.advantage(every, self.G,
+                                             tasks=self.dist.all_gather_list(tasks), step=step)
         zero = grpo.zero_variance_groups(every, self.G)[k * n // self.G:(k + 1) * n // self.G]
         return adv_every[k * n:(k + 1) * n].to(self.device), zero, adv_every
 
@@ -181,17 +171,18 @@ class GRPOEngine:
     def _chunk_rows(self, r: Rollout) -> int:
         """Rows per forward/backward chunk for this rollout (see micro_batch)."""
         n = r.completion_ids.shape[0]
-        if self.micro_batch != "auto":
-            return n if self.micro_batch <= 0 else min(self.micro_batch, n)
+        mb = self.settings.micro_batch
+        if mb != "auto":
+            return n if mb <= 0 else min(mb, n)
         return micro_batch_rows(n, self.G, r.prompt_ids.shape[1], r.completion_ids.shape[1],
                                 self.model.config.vocab_size, self.micro_batch_tokens)
 
-    def _logprobs(self, model, r: Rollout, temps: Tensor) -> Tensor:
+    def logprobs(self, model, r: Rollout, temps: Tensor) -> Tensor:
         """No-grad log-probs of the rollout's completions under `model` (the reference, or
         the policy under autocast), on the model's device, returned on the policy's."""
         # without gradients a forward holds one layer's activations at a time and the
         # log-softmax is chunked by vocabulary anyway: auto runs the whole batch at once
-        rows = 0 if self.micro_batch == "auto" else self.micro_batch
+        rows = 0 if self.settings.micro_batch == "auto" else self.settings.micro_batch
         device = next(model.parameters()).device
         with precision.autocast(self.amp, device):
             lp = self.backend.logprobs(model, *(x.to(device) for x in (
@@ -245,51 +236,26 @@ class GRPOEngine:
         if self.dist:  # the loss was scaled by world, as for DDP's mean
             self.dist.average_gradients(self.model.parameters())
 
-    def _loss(self, b: Batch, rows: slice, beta: float,
-              logits_fn: Callable[[], Tensor] | None = None):
-        logits = logits_fn() if logits_fn else self._forward(b, rows)
-        ids, mask = b.rollout.completion_ids[rows], b.loss_mask[rows]
-        logp = grpo.token_logprobs(logits, ids)
-        pg, stats = self.loss(logp, b.rollout.logprobs[rows], b.advantages[rows], mask)
-        agg = self.loss.aggregate
-        ent = grpo.entropy_from_logits(logits)
-        parts = {"loss/policy": pg.detach(), "policy/entropy": agg(ent.detach(), mask)}
-        total = pg - self.entropy_coef * agg(ent, mask) if self.entropy_coef else pg
-        if b.ref_logprobs is not None:
-            ref_lp = b.ref_logprobs[rows]
-            for name in ("k1", "k2", "k3"):
-                parts[f"kl/{name}"] = grpo.token_mean(
-                    grpo.masked_kl(name, logp.detach(), ref_lp, mask), mask)
-            full = self.kl_estimator in grpo.FULL_ESTIMATORS
-            if beta > 0 or full:
-                kl_tok = self._kl_tokens(b, rows, logits, logp, ref_lp, mask, parts)
-            if beta > 0:
-                kl_term = agg(kl_tok, mask)
-                parts["loss/kl"] = kl_term.detach() * beta
-                total = total + beta * kl_term
-        parts.update({f"policy/{k}": v.detach() for k, v in stats.items()})
-        return total, parts
-
-    def _kl_tokens(self, b, rows, logits, logp, ref_lp, mask, parts: dict):
-        """Per-token KL of the penalty; a full_* estimator also logs every direction
-        (kl/full_forward, kl/full_reverse, kl/full_symmetric) for the guard to watch."""
-        if self.kl_estimator not in grpo.FULL_ESTIMATORS:
-            return grpo.masked_kl(self.kl_estimator, logp, ref_lp, mask)
+    def _ref_logits(self, b: Batch, rows: slice) -> Tensor:
+        """The reference's logits for the rows (the full_* KL estimators need them)."""
         r = b.rollout
         with torch.no_grad(), precision.autocast(self.amp, self.ref_device):
             ref_logits = self.backend.logits_module(self.ref)(*self._on_ref_device(
                 r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows]))
-        ref_logits = ref_logits.float().to(self.device) / b.temperature[rows, None, None]
-        want = grpo.FULL_ESTIMATORS[self.kl_estimator]
-        kl_tok = grpo.kl_full(logits, ref_logits, want)
-        with torch.no_grad():
-            for d in grpo.KL_DIRECTIONS:
-                tok = kl_tok.detach() if d == want else grpo.kl_full(logits.detach(),
-                                                                     ref_logits, d)
-                parts[f"kl/full_{d}"] = grpo.token_mean(tok, mask)
-        if self.kl_estimator == "full":
-            parts["kl/full"] = parts["kl/full_forward"]
-        return kl_tok
+        return ref_logits.float().to(self.device) / b.temperature[rows, None, None]
+
+    def chunk_loss(self, b: Batch, rows: slice, beta: float,
+                    logits_fn: Callable[[], Tensor] | None = None):
+        """`grpo.compute_loss` for the rows, from the forward (or the rollout's tape)."""
+        a = self.algorithm
+        logits = logits_fn() if logits_fn else self._forward(b, rows)
+        ref_lp = b.ref_logprobs[rows] if b.ref_logprobs is not None else None
+        full = ref_lp is not None and a.kl_estimator in grpo.FULL_ESTIMATORS
+        return grpo.compute_loss(
+            logits, b.rollout.completion_ids[rows], b.rollout.logprobs[rows],
+            b.advantages[rows], b.loss_mask[rows], ref_lp,
+            self._ref_logits(b, rows) if full else None, loss=a.loss, beta=beta,
+            kl_estimator=a.kl_estimator, entropy_coef=a.entropy_coef)
 
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()
@@ -301,20 +267,20 @@ class GRPOEngine:
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         with mmap_threshold_during(self.update_mmap_kib):
-            for it in range(self.num_iterations):
+            for it in range(self.algorithm.num_iterations):
                 self.optimizer.zero_grad(set_to_none=True)
                 total = 0.0
                 chunks = taped if it == 0 and taped else [(rows, None) for rows in slices]
                 for j, (rows, logits_fn) in enumerate(chunks):
                     w = self._weight(b, rows)
                     with self._no_sync(j < len(chunks) - 1):
-                        loss, parts = self._loss(b, rows, beta, logits_fn)
+                        loss, parts = self.chunk_loss(b, rows, beta, logits_fn)
                         (loss * (w * world)).backward()
                     total += float(loss.detach()) * w
                     for k, v in parts.items():
                         if it == 0:
                             agg[k] += float(v) * w
-                        elif k in RATIO_STATS:  # measured after the policy moved: not all 1
+                        elif k in grpo.RATIO_STATS:  # measured after the policy moved: not all 1
                             later[k] += float(v) * w
                 if it == 0 and taped:
                     self._backward_tapes(b, finals)
@@ -333,7 +299,7 @@ class GRPOEngine:
                 grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
                 if not (math.isfinite(total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
-                    scale_lr(self.scheduler, self.nan_lr_backoff)
+                    scale_lr(self.scheduler, self.settings.nan_lr_backoff)
                     skipped = 1
                     break
                 self.optimizer.step()
@@ -342,15 +308,15 @@ class GRPOEngine:
         if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
             if self.dist:
                 later = self.dist.sum_floats(dict(later))
-            for k in RATIO_STATS:
+            for k in grpo.RATIO_STATS:
                 if k in agg:
                     agg[k] = (agg[k] + later.get(k, 0.0)) / done
-        if self.release_memory:
+        if self.settings.release_memory:
             release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
-            agg["kl/value"] = agg[f"kl/{self.kl_estimator}"]  # the estimator in the loss
+            agg["kl/value"] = agg[f"kl/{self.algorithm.kl_estimator}"]  # the estimator in the loss
             if not skipped:  # a skipped (non-finite) update says nothing about the KL
                 self.kl.update(agg["kl/value"], step)
         self._maybe_sync_reference(step)
@@ -366,12 +332,10 @@ class GRPOEngine:
         return m
 
     def _weight(self, b: Batch, rows: slice) -> float:
-        """Share of the aggregator's normaliser held by these rows, so summed
-        micro-batch losses (over every rank) equal the whole-step loss."""
-        if getattr(self.loss.aggregate, "func", self.loss.aggregate) is grpo.token_mean:
-            tokens = b.norm_tokens or float(b.loss_mask.sum())
-            return float(b.loss_mask[rows].sum() / max(tokens, 1.0))
-        return (rows.stop - rows.start) / (b.norm_rows or b.loss_mask.shape[0])
+        """These rows' share of the whole step's loss (over every rank)."""
+        return grpo.chunk_weight(self.algorithm.loss.agg_mode, b.loss_mask[rows],
+                                 b.norm_tokens or float(b.loss_mask.sum()),
+                                 b.norm_rows or b.loss_mask.shape[0])
 
     def _no_sync(self, skip: bool):
         """DDP: no gradient all-reduce for this micro-batch (all but the last)."""
@@ -379,22 +343,23 @@ class GRPOEngine:
 
     @torch.no_grad()
     def _maybe_sync_reference(self, step: int) -> None:
-        if self.ref is None or not self.ref_sync_every or (step + 1) % self.ref_sync_every:
+        every, alpha = self.settings.reference.sync_every, self.settings.reference.sync_alpha
+        if self.ref is None or not every or (step + 1) % every:
             return
         for pr, pp in zip(self.ref.parameters(), self.model.parameters()):
-            pr.mul_(1 - self.ref_sync_alpha).add_(pp.to(pr.device), alpha=self.ref_sync_alpha)
+            pr.mul_(1 - alpha).add_(pp.to(pr.device), alpha=alpha)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         d = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
              "kl": self.kl.state_dict()}
-        if hasattr(self.advantage, "state_dict"):  # running reward statistics
-            d["advantage"] = self.advantage.state_dict()
+        if hasattr(self.algorithm.advantage, "state_dict"):  # running reward statistics
+            d["advantage"] = self.algorithm.advantage.state_dict()
         return d
 
     def load_state_dict(self, d: dict) -> None:
         self.optimizer.load_state_dict(d["optimizer"])
         self.scheduler.load_state_dict(d["scheduler"])
         self.kl.load_state_dict(d["kl"])
-        if "advantage" in d and hasattr(self.advantage, "load_state_dict"):
-            self.advantage.load_state_dict(d["advantage"])
+        if "advantage" in d and hasattr(self.algorithm.advantage, "load_state_dict"):
+            self.algorithm.advantage.load_state_dict(d["advantage"])

@@ -1,19 +1,22 @@
-"""The GRPO engine's settings as one typed object (`EngineSettings`), built from the config
-in one place (`train.build_engine`)."""
+"""The GRPO engine's settings as typed objects with their checks (`EngineSettings`,
+`ReferenceSettings`), and the backend choice's check that needs no model yet."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+
+from .precision import check_choice as check_autocast
+
+BACKENDS = ("auto", "fast_gpt2", "hf")
 
 # micro_batch_tokens=auto: tokens a chunk of the update for models under SMALL_MODEL_PARAMS,
-# and from there up. A small model runs fewer, larger chunks faster for little memory; the
-# 124M shape keeps 1024, which holds its update's peak RSS target. Figures: benchmarks/README.md.
+# and from there up (benchmarks/README.md, "micro_batch_tokens").
 SMALL_MODEL_PARAMS = 50_000_000
 AUTO_CHUNK_TOKENS_SMALL, AUTO_CHUNK_TOKENS = 4096, 1024
 
 
 def micro_batch_tokens(setting: int | str, n_params: int) -> int:
-    """The tokens per update chunk the engine uses for the config's micro_batch_tokens."""
+    """The tokens per update chunk the engine uses for the micro_batch_tokens setting."""
     if setting == "auto":
         return AUTO_CHUNK_TOKENS_SMALL if n_params < SMALL_MODEL_PARAMS else AUTO_CHUNK_TOKENS
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
@@ -21,66 +24,116 @@ def micro_batch_tokens(setting: int | str, n_params: int) -> int:
     return setting
 
 
+def check_backend(backend: str, autocast: str, device: str, hf_model: bool,
+                  recompute_activations: bool = False) -> None:
+    """ValueError unless `backend` can run the model (hf_model: a transformers model, not
+    rookworld's GPT-2) with these settings on `device`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {' | '.join(BACKENDS)}, got {backend!r}")
+    check_autocast(autocast)
+    on_gpu = str(device).startswith("cuda")
+    if backend == "fast_gpt2" and hf_model:
+        raise ValueError("backend=fast_gpt2 runs rookworld's own GPT-2 class only; this model "
+                         "is a transformers model: use backend=hf (or auto)")
+    if backend == "fast_gpt2" and autocast == "bf16" and on_gpu:
+        raise ValueError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
+                         "backend=hf (or auto), or set autocast=off")
+    if recompute_activations and (backend == "hf" or hf_model or (backend == "auto" and on_gpu)):
+        raise ValueError("recompute_activations=true needs backend=fast_gpt2 (the hf backend "
+                         "runs transformers' forward as it is); set it to false")
+
+
+def _check_device(key: str, device) -> None:
+    if not str(device).startswith(("cpu", "cuda")):
+        raise ValueError(f"{key} must be cpu, cuda or cuda:N, got {device!r}")
+
+
+def _int_at_least(key: str, value, low: int, auto: bool = False) -> None:
+    if auto and value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{key} must be {'auto or ' if auto else ''}an integer >= {low}, "
+                         f"got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """The `reference` node: enabled keeps a frozen reference (KL schedules with beta > 0
+    and the KL guard need it); every sync_every steps (0 = never)
+    ref <- sync_alpha * policy + (1 - sync_alpha) * ref; device: where it runs (None: with
+    the policy)."""
+
+    enabled: bool = True
+    sync_every: int = 0
+    sync_alpha: float = 1.0
+    device: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"reference.enabled must be true or false, got {self.enabled!r}")
+        _int_at_least("reference.sync_every", self.sync_every, 0)
+        a = self.sync_alpha
+        if isinstance(a, bool) or not isinstance(a, int | float) or not 0 < a <= 1:
+            raise ValueError(f"reference.sync_alpha must be in (0, 1], got {a!r}")
+        if self.device is not None:
+            _check_device("reference.device", self.device)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """num_generations: G, the completions per prompt; total_steps: the learning-rate
-    schedule's length; num_iterations: PPO updates per batch; kl_estimator:
-    k1|k2|k3|full_forward|full_reverse|full_symmetric (full = full_forward), the estimator
-    inside the loss; entropy_coef: bonus weight (entropy is measured and logged either way);
-    zero_variance: keep or drop groups whose rewards are all equal; micro_batch: rows per
-    forward/backward chunk of the update and the reference pass (0 = all at once; "auto":
-    the update's chunks sized each step by `batch.micro_batch_rows` from
-    micro_batch_tokens, the reference pass whole); use_reference: keep a frozen reference
-    (needed by KL schedules with beta > 0 and by the KL guard);
-    ref_sync_every/ref_sync_alpha: periodic ref <- alpha*policy + (1-alpha)*ref (0 = never);
-    seed: the sampling generators' seed; nan_lr_backoff: factor on the learning rate after
-    an update skipped for non-finite loss or gradients; device: where the model runs (under
-    DDP the rank's device instead); release_memory: hand freed heap pages back to the OS
-    after each rollout and update (`runtime.release_freed_memory`); mmap_threshold_kib:
-    during each update, heap blocks from this many KiB up get their own mappings, returned
-    to the OS when freed; the rollout runs at `runtime.ROLLOUT_MMAP_KIB` (0 = glibc's
-    default throughout; `runtime.choose_allocator` resolves the config's setting);
-    recompute_activations: the update's forward keeps fewer activations and recomputes
-    layer norms and GELUs in backward (`forward.block`); rollout_tape_mib: sampling keeps
-    its forward (`tape.Tape`) when it fits in this many MiB, and the update's first
-    iteration differentiates it, running a third of the policy's forward instead of all of
-    it (0 = always all of it; under DDP the ranks' gradients are then averaged by
-    `DistContext.average_gradients`, as DDP's hooks only follow its own forward); backend:
-    auto | fast_gpt2 | hf, what runs the model (`backends.resolve`; the rollout tape and
-    recompute_activations are fast_gpt2's); autocast: auto | bf16 | off, mixed precision of
-    the model's matrix products on each device (`precision.autocast_dtype`);
-    reference_device: where the frozen reference runs (None: with the policy); credit:
-    sequence (every token its sequence's advantage) | moves (each P move's characters the
-    advantage of its own legality, `credit.move_advantages`)."""
+    """Every choice of the engine that is not an injected object; the fields carry the
+    names of conf/train.yaml's keys, whose comments say what each does.
 
-    num_generations: int
-    total_steps: int
-    num_iterations: int = 1
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
+    num_generations: G, completions per prompt; steps: the learning-rate schedule's
+    length; zero_variance: keep | drop groups whose rewards are all equal; micro_batch:
+    rows per update chunk (auto: sized by micro_batch_tokens, `batch.micro_batch_rows`;
+    0: all at once); micro_batch_tokens: auto | tokens per chunk (`micro_batch_tokens()`);
+    seed: the sampling generators'; device: where the model runs (DDP: the rank's);
+    release_memory, mmap_threshold_kib: heap pages handed back to the OS
+    (`runtime.choose_allocator` resolves auto); recompute_activations, rollout_tape_mib:
+    fast_gpt2's update memory (`fast_gpt2.tape.Tape`); backend: auto | fast_gpt2 | hf; autocast:
+    auto | bf16 | off; reference: `ReferenceSettings`; nan_lr_backoff: learning-rate factor
+    after an update skipped for non-finite values (guard.nan.lr_backoff, checked by
+    `guards.NaNGuard`)."""
+
+    num_generations: int = 8
+    steps: int = 45
     zero_variance: str = "keep"
-    credit: str = "sequence"
     micro_batch: int | str = "auto"
-    micro_batch_tokens: int = 1024
-    use_reference: bool = True
-    ref_sync_every: int = 0
-    ref_sync_alpha: float = 1.0
+    micro_batch_tokens: int | str = "auto"
     seed: int = 0
-    nan_lr_backoff: float = 0.5
     device: str = "cpu"
     release_memory: bool = False
-    mmap_threshold_kib: int = 0
+    mmap_threshold_kib: int | str = 0
     recompute_activations: bool = False
     rollout_tape_mib: int = 256
     backend: str = "auto"
     autocast: str = "auto"
-    reference_device: str | None = None
+    reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+    nan_lr_backoff: float = 0.5
 
     def __post_init__(self):
-        mb, tokens = self.micro_batch, self.micro_batch_tokens
-        if not (mb == "auto" or (isinstance(mb, int) and mb >= 0)):
-            raise ValueError(f"micro_batch must be auto or an integer >= 0, got {mb!r}")
-        if not (isinstance(tokens, int) and tokens >= 1):
-            raise ValueError(f"micro_batch_tokens must be an integer >= 1, got {tokens!r}")
-        if self.credit not in ("sequence", "moves"):
-            raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
+        _int_at_least("num_generations", self.num_generations, 2)
+        _int_at_least("steps", self.steps, 1)
+        _int_at_least("seed", self.seed, 0)
+        _int_at_least("micro_batch", self.micro_batch, 0, auto=True)
+        _int_at_least("micro_batch_tokens", self.micro_batch_tokens, 1, auto=True)
+        _int_at_least("mmap_threshold_kib", self.mmap_threshold_kib, 0, auto=True)
+        _int_at_least("rollout_tape_mib", self.rollout_tape_mib, 0)
+        for key in ("release_memory", "recompute_activations"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        if self.zero_variance not in ("keep", "drop"):
+            raise ValueError(f"zero_variance must be keep or drop, got {self.zero_variance!r}")
+        _check_device("device", self.device)
+        check_backend(self.backend, self.autocast, self.device, hf_model=False)
+
+    @classmethod
+    def from_config(cls, cfg) -> EngineSettings:
+        """The settings a composed train config (`conf/train.yaml`) names."""
+        top = {f.name: cfg[f.name] for f in fields(cls)
+               if f.name not in ("reference", "nan_lr_backoff")}
+        ref = cfg.reference
+        return cls(**top, nan_lr_backoff=cfg.guard.nan.lr_backoff,
+                   reference=ReferenceSettings(ref.enabled, ref.sync_every, ref.sync_alpha,
+                                               ref.get("device")))

@@ -17,12 +17,12 @@ Papers behind the variants:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-
-Aggregator = Callable[[Tensor, Tensor], Tensor]
 
 # |log ratio| above this is clamped before exp, as verl does: exp(20) ~ 4.9e8 is
 # finite in float32, so an exploding ratio shows in `ratio_max` instead of
@@ -147,23 +147,38 @@ def seq_mean_token_mean(x: Tensor, mask: Tensor) -> Tensor:
     return per_seq.mean()
 
 
-class ConstantNorm:
-    """Dr. GRPO's aggregator: sum over real tokens / (N * max_len), with max_len a
-    constant (the generation budget), so no length bias enters through the normaliser.
-    (x [N, T], mask [N, T]) -> scalar."""
+def seq_mean_token_sum_norm(x: Tensor, mask: Tensor, max_len: int) -> Tensor:
+    """Dr. GRPO's aggregator: sum over real tokens / (N * max_len), with max_len a constant
+    (the generation budget), so no length bias enters through the normaliser.
+    [N, T], [N, T] -> scalar."""
+    xm, _ = _masked(x, mask)
+    return xm.sum() / (x.shape[0] * max_len)
 
-    def __init__(self, max_len: int):
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"algorithm.loss.aggregate.max_len must be an integer >= 1, got {max_len!r}")
-        self.max_len = max_len
 
-    def __call__(self, x: Tensor, mask: Tensor) -> Tensor:
-        xm, _ = _masked(x, mask)
-        return xm.sum() / (x.shape[0] * self.max_len)
+# algorithm.loss.agg_mode: how per-token values become the loss (verl's names)
+AGG_MODES = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 
-    def __repr__(self) -> str:
-        return f"ConstantNorm(max_len={self.max_len})"
 
+def aggregate(x: Tensor, mask: Tensor, agg_mode: str, max_len: int | None = None) -> Tensor:
+    """Per-token values [N, T] -> scalar by agg_mode: seq_mean_token_mean (GRPO, GSPO),
+    token_mean (DAPO) or seq_mean_token_sum_norm (Dr. GRPO, needs max_len)."""
+    if agg_mode == "token_mean":
+        return token_mean(x, mask)
+    if agg_mode == "seq_mean_token_mean":
+        return seq_mean_token_mean(x, mask)
+    if agg_mode == "seq_mean_token_sum_norm":
+        return seq_mean_token_sum_norm(x, mask, max_len)
+    raise ValueError(f"agg_mode must be one of {AGG_MODES}, got {agg_mode!r}")
+
+
+def chunk_weight(agg_mode: str, chunk_mask: Tensor, total_tokens: float, total_rows: int
+                 ) -> float:
+    """The share of the aggregator's normaliser held by a chunk of rows (chunk_mask [n, T]),
+    so that the chunks' losses, each aggregated on its own and weighted by this, sum to the
+    whole batch's loss: its share of real tokens under token_mean, of rows otherwise."""
+    if agg_mode == "token_mean":
+        return float(chunk_mask.sum() / max(total_tokens, 1.0))
+    return chunk_mask.shape[0] / total_rows
 
 
 ADVANTAGE_SCALES = ("group", "batch", "none")
@@ -259,71 +274,164 @@ def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return per_seq.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).unsqueeze(-1).expand_as(logp)
 
 
+# the policy-loss metrics; under num_iterations > 1 the engine reports their mean over the
+# updates of a batch (with one update the ratio is 1 by construction)
+RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_mean",
+               "policy/ratio_max")
+
+
 def clip_stats(ratio: Tensor, adv: Tensor, mask: Tensor, clip_low: float,
                clip_high: float) -> dict[str, Tensor]:
-    """Shares of real tokens whose gradient the clip removes, and ratio summaries.
-    ratio [N, T], adv [N, 1], mask [N, T] -> scalars (detached).
+    """Shares of real tokens whose gradient the clip removes, and ratio summaries, keyed
+    by RATIO_STATS. ratio [N, T], adv [N, 1] or [N, T], mask [N, T] -> detached scalars.
     clip_frac_low: ratio < 1 - clip_low with a negative advantage;
     clip_frac_high: ratio > 1 + clip_high with a positive advantage."""
     ratio, m = ratio.detach(), mask.bool()
     low = (ratio < 1 - clip_low) & (adv < 0)
     high = (ratio > 1 + clip_high) & (adv > 0)
-    return {
-        "clip_frac_low": token_mean(low.float(), m),
-        "clip_frac_high": token_mean(high.float(), m),
-        "ratio_mean": token_mean(ratio, m),
-        "ratio_max": torch.where(m, ratio, 0.0).amax(),  # 0 when there is no real token
-    }
+    return dict(zip(RATIO_STATS, (
+        token_mean(low.float(), m),
+        token_mean(high.float(), m),
+        token_mean(ratio, m),
+        torch.where(m, ratio, 0.0).amax(),  # 0 when there is no real token
+    )))
 
 
+@dataclass(frozen=True)
 class PolicyLoss:
-    """PPO-style clipped surrogate with per-sequence advantages, GRPO family.
+    """The clipped surrogate's settings (`algorithm.loss`).
 
-    per token: -min(ratio * A_i, clip(ratio, 1 - clip_low, 1 + clip_high) * A_i),
-    then `aggregate(per_token, mask)`.
-
-    The ratio is ALWAYS pi_theta / pi_old, with old_logp the log-probs of the policy that
-    SAMPLED the completions (kept from the rollout) - never the reference model: a ratio
-    against the reference sits outside the clip range and zeroes most gradients. With
-    num_iterations = 1 (one update per rollout) the ratio is exactly 1 and the clip is inert.
-
-    clip_low, clip_high: 0.2 and 0.2 in GRPO/PPO (arXiv 2402.03300); DAPO's clip-higher
-      raises clip_high to 0.28 (arXiv 2503.14476); GSPO clips the sequence ratio at
-      3e-4 / 4e-4 (arXiv 2507.18071).
+    clip_low, clip_high: the ratio's clip range [1 - clip_low, 1 + clip_high]: 0.2 and 0.2
+      in GRPO/PPO (arXiv 2402.03300); DAPO's clip-higher raises clip_high to 0.28 (arXiv
+      2503.14476); GSPO clips the sequence ratio at 3e-4 / 4e-4 (arXiv 2507.18071).
     ratio_level: "token" (PPO/GRPO) or "sequence" (GSPO: s_i = exp(mean_t(logp - old_logp))).
-    aggregate: seq_mean_token_mean (GRPO, GSPO), token_mean (DAPO), ConstantNorm(max_len)
-      (Dr. GRPO, arXiv 2503.20783). The engine uses the same `loss.aggregate` for the KL
-      and entropy terms, so every term is normalised alike.
-
-    Call: (logp [N, T], old_logp [N, T], advantages [N] or [N, T] (per token: move credit,
-    rookworld/credit.py), mask [N, T]) -> (loss scalar,
-    stats {clip_frac_low, clip_frac_high, ratio_mean, ratio_max}: detached scalars).
+    agg_mode: one of AGG_MODES; the KL and entropy terms are aggregated the same way.
+    max_len: seq_mean_token_sum_norm's constant (the generation budget).
     """
 
-    def __init__(self, clip_low: float = 0.2, clip_high: float = 0.2,
-                 ratio_level: str = "token", aggregate: Aggregator = seq_mean_token_mean):
-        if not 0 < clip_low < 1:
-            raise ValueError(f"algorithm.loss.clip_low must be in (0, 1), got {clip_low}")
-        if not clip_high > 0:
-            raise ValueError(f"algorithm.loss.clip_high must be > 0, got {clip_high}")
-        if ratio_level not in RATIO_LEVELS:
-            raise ValueError(f"algorithm.loss.ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
-        if not callable(aggregate):
-            raise ValueError(f"algorithm.loss.aggregate must be callable (x, mask) -> scalar, got {aggregate!r}")
-        self.clip_low, self.clip_high = float(clip_low), float(clip_high)
-        self.ratio_level, self.aggregate = ratio_level, aggregate
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    ratio_level: str = "token"
+    agg_mode: str = "seq_mean_token_mean"
+    max_len: int | None = None
 
-    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor,
-                 mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        log_ratio_fn = token_log_ratio if self.ratio_level == "token" else sequence_log_ratio
-        ratio = torch.exp(log_ratio_fn(logp, old_logp.detach(), mask))
-        adv = advantages.detach().to(ratio.dtype)
-        adv = adv if adv.dim() == 2 else adv.unsqueeze(-1)  # [N, T] under move credit
-        clipped = ratio.clamp(1 - self.clip_low, 1 + self.clip_high)
-        per_token = -torch.minimum(ratio * adv, clipped * adv)
-        loss = self.aggregate(per_token, mask)
-        return loss, clip_stats(ratio, adv, mask, self.clip_low, self.clip_high)
+    def __post_init__(self):
+        if not 0 < self.clip_low < 1:
+            raise ValueError(f"algorithm.loss.clip_low must be in (0, 1), got {self.clip_low}")
+        if not self.clip_high > 0:
+            raise ValueError(f"algorithm.loss.clip_high must be > 0, got {self.clip_high}")
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"algorithm.loss.ratio_level must be one of {RATIO_LEVELS}, "
+                             f"got {self.ratio_level!r}")
+        if self.agg_mode not in AGG_MODES:
+            raise ValueError(f"algorithm.loss.agg_mode must be one of {AGG_MODES}, "
+                             f"got {self.agg_mode!r}")
+        m = self.max_len
+        if self.agg_mode == "seq_mean_token_sum_norm" and (
+                isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError("algorithm.loss.max_len must be an integer >= 1 with agg_mode="
+                             f"seq_mean_token_sum_norm, got {m!r}")
 
-    def __repr__(self) -> str:
-        return (f"PolicyLoss(clip_low={self.clip_low}, clip_high={self.clip_high}, "
-                f"ratio_level={self.ratio_level!r}, aggregate={self.aggregate!r})")
+
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                loss: PolicyLoss) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO-style clipped surrogate, per token -min(ratio * A, clip(ratio) * A), aggregated
+    by loss.agg_mode: (scalar, clip_stats).
+
+    The ratio is always pi_theta / pi_old, with old_logp the log-probs of the policy that
+    sampled the completions (kept from the rollout), never the reference: a ratio against
+    the reference sits outside the clip range and zeroes most gradients. With one update
+    per rollout the ratio is exactly 1 and the clip is inert.
+    logp, old_logp, mask [N, T]; advantages [N] or [N, T] (per token: move credit)."""
+    log_ratio_fn = token_log_ratio if loss.ratio_level == "token" else sequence_log_ratio
+    ratio = torch.exp(log_ratio_fn(logp, old_logp.detach(), mask))
+    adv = advantages.detach().to(ratio.dtype)
+    adv = adv if adv.dim() == 2 else adv.unsqueeze(-1)
+    clipped = ratio.clamp(1 - loss.clip_low, 1 + loss.clip_high)
+    per_token = -torch.minimum(ratio * adv, clipped * adv)
+    return (aggregate(per_token, mask, loss.agg_mode, loss.max_len),
+            clip_stats(ratio, adv, mask, loss.clip_low, loss.clip_high))
+
+
+CREDITS = ("sequence", "moves")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The `algorithm` group: what the update optimises.
+
+    advantage: rewards [N] -> advantages [N] (`GroupAdvantage`, or a running one from
+      rookworld.advantages); loss: the clipped surrogate's `PolicyLoss`; num_iterations: PPO
+      updates per rollout batch; kl_estimator: one of KL_ESTIMATOR_NAMES, the KL term in the
+      loss; entropy_coef: weight of the entropy bonus (entropy is logged either way);
+    credit: sequence (every token its sequence's advantage) | moves (each P move's
+      characters the advantage of its own legality, rookworld/credit.py).
+    """
+
+    advantage: Callable = field(default_factory=lambda: GroupAdvantage(min_std=1e-4))
+    loss: PolicyLoss = field(default_factory=PolicyLoss)
+    num_iterations: int = 1
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    credit: str = "sequence"
+
+    def __post_init__(self):
+        ni = self.num_iterations
+        if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
+            raise ValueError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")
+        if self.kl_estimator not in KL_ESTIMATOR_NAMES:
+            raise ValueError(f"algorithm.kl_estimator must be one of "
+                             f"{', '.join(KL_ESTIMATOR_NAMES)}, got {self.kl_estimator!r}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
+        if not callable(self.advantage):
+            raise ValueError("algorithm.advantage must be callable (rewards, group_size) -> "
+                             f"advantages, got {self.advantage!r}")
+
+
+def compute_loss(logits: Tensor, ids: Tensor, old_logp: Tensor, advantages: Tensor,
+                 mask: Tensor, ref_logp: Tensor | None = None, ref_logits: Tensor | None = None,
+                 *, loss: PolicyLoss, beta: float = 0.0, kl_estimator: str = "k3",
+                 entropy_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+    """The objective the update minimises, for one chunk of rows: the clipped surrogate,
+    minus entropy_coef x the entropy, plus beta x the KL to the reference (each term
+    aggregated by loss.agg_mode). -> (loss, metrics: detached scalars).
+
+    logits [N, T, V] (already divided by the sampling temperature; logits[:, t] predicts
+    ids[:, t]); ids [N, T]; old_logp [N, T] (the sampling policy's); advantages [N] or
+    [N, T]; mask [N, T]. ref_logp [N, T]: the reference's token log-probs (None: no
+    reference, no KL term or KL metrics); ref_logits [N, T, V]: the reference's logits,
+    needed by the full_* estimators only. Metrics: loss/policy, policy/entropy, the
+    RATIO_STATS, kl/k1, kl/k2, kl/k3 (with a reference), kl/full_<direction> for every
+    direction under a full_* estimator (and kl/full under "full"), loss/kl when beta > 0."""
+    logp = token_logprobs(logits, ids)
+    pg, stats = policy_loss(logp, old_logp, advantages, mask, loss)
+    agg = functools.partial(aggregate, agg_mode=loss.agg_mode, max_len=loss.max_len)
+    ent = entropy_from_logits(logits)
+    metrics = {"loss/policy": pg.detach(), "policy/entropy": agg(ent.detach(), mask)}
+    total = pg - entropy_coef * agg(ent, mask) if entropy_coef else pg
+    if ref_logp is not None:
+        for name in KL_ESTIMATORS:
+            metrics[f"kl/{name}"] = token_mean(masked_kl(name, logp.detach(), ref_logp, mask),
+                                               mask)
+        kl_tok = None
+        if kl_estimator in FULL_ESTIMATORS:
+            if ref_logits is None:
+                raise ValueError(f"kl_estimator={kl_estimator} needs the reference's logits")
+            want = FULL_ESTIMATORS[kl_estimator]
+            kl_tok = kl_full(logits, ref_logits, want)
+            with torch.no_grad():
+                for d in KL_DIRECTIONS:
+                    tok = kl_tok.detach() if d == want else kl_full(logits.detach(), ref_logits,
+                                                                    d)
+                    metrics[f"kl/full_{d}"] = token_mean(tok, mask)
+            if kl_estimator == "full":
+                metrics["kl/full"] = metrics["kl/full_forward"]
+        elif beta > 0:
+            kl_tok = masked_kl(kl_estimator, logp, ref_logp, mask)
+        if beta > 0:
+            kl_term = agg(kl_tok, mask)
+            metrics["loss/kl"] = kl_term.detach() * beta
+            total = total + beta * kl_term
+    metrics.update({k: v.detach() for k, v in stats.items()})
+    return total, metrics

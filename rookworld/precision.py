@@ -7,7 +7,7 @@ autocast the engine takes the sampled tokens' log-probs from a teacher-forced pa
 update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): bf16 runs its
 matrix products in bfloat16 on a CPU with native bf16 and is refused elsewhere; auto does
 so only where bf16 products beat float32 (`cpu_bf16_is_faster`) and keeps float32 elsewhere
-(`products_dtype`, `forward_matmul.low_precision`),
+(`products_dtype`, `fast_gpt2.matmul.low_precision`),
 sampling, reference pass and update alike, so the ratio starts at 1 without that pass;
 held-out evaluations stay float32. off: float32
 throughout. The reference runs at the policy's precision. Weights, optimiser state and the
@@ -24,10 +24,15 @@ import torch
 CHOICES = ("auto", "bf16", "off")
 
 
-def autocast_dtype(setting: str, device) -> torch.dtype | None:
-    """The autocast dtype on `device` for `setting` (None: float32)."""
+def check_choice(setting: str) -> None:
+    """ValueError unless setting is one of CHOICES."""
     if setting not in CHOICES:
         raise ValueError(f"autocast must be one of {' | '.join(CHOICES)}, got {setting!r}")
+
+
+def autocast_dtype(setting: str, device) -> torch.dtype | None:
+    """The autocast dtype on `device` for `setting` (None: float32)."""
+    check_choice(setting)
     device = torch.device(device)
     if setting == "off":
         return None
@@ -75,8 +80,7 @@ def products_dtype(setting: str, device) -> torch.dtype | None:
     """The dtype of fast_gpt2's matrix products (CPU) for `setting`: bf16 -> bfloat16;
     auto -> bfloat16 where bf16 products are the faster (`cpu_bf16_is_faster`); off, or
     any other device -> None (float32). bf16 on a CPU without native bf16 raises ValueError."""
-    if setting not in CHOICES:
-        raise ValueError(f"autocast must be one of {' | '.join(CHOICES)}, got {setting!r}")
+    check_choice(setting)
     if torch.device(device).type != "cpu" or setting == "off":
         return None
     native = cpu_has_native_bf16()

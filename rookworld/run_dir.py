@@ -131,7 +131,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
 def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     engine.model.save_pretrained(tmp / "model", safe_serialization=True)
     engine.policy.tokenizer.save_pretrained(tmp / "model")
-    if engine.ref is not None and engine.ref_sync_every:
+    if engine.ref is not None and engine.settings.reference.sync_every:
         engine.ref.save_pretrained(tmp / "ref", safe_serialization=True)
     state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
     torch.save(state, tmp / "state.pt")

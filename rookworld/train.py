@@ -22,18 +22,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from . import forward_matmul, precision, runtime
-from .run_dir import (
-    RUN_CONFIG,
-    MetricsFile,
-    RunLock,
-    ensure_writable,
-    fold_into,
-    latest_checkpoint,
-    load_checkpoint,
-    make_output_dirs,
-    save_checkpoint,
-)
+from . import precision, runtime
+from .backends.fast_gpt2 import matmul as forward_matmul
 from .config import (
     WHITELIST,
     ConfigError,
@@ -47,13 +37,25 @@ from .data.load import load_data
 from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine
-from .engine_settings import EngineSettings, micro_batch_tokens
-from .held_out import Evaluator, before_after_table, paired_se
+from .engine_settings import EngineSettings
 from .files import atomic_write_text
+from .grpo import Algorithm
 from .guards import KLGuard, NaNGuard, Outcome
+from .held_out import Evaluator, before_after_table, paired_se
 from .memory import peak_memory_mb
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume
+from .run_dir import (
+    RUN_CONFIG,
+    MetricsFile,
+    RunLock,
+    ensure_writable,
+    fold_into,
+    latest_checkpoint,
+    load_checkpoint,
+    make_output_dirs,
+    save_checkpoint,
+)
 from .sampling import NonFiniteLogits
 from .strength import StrengthSuite, SuiteSettings, settings_from
 from .strength.puzzles import PuzzleFileError
@@ -66,8 +68,9 @@ RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.d
 class Parts:
     """Everything built from config before the model: cheap, validated first."""
 
+    settings: EngineSettings
+    algorithm: Algorithm
     kl: object
-    algorithm: DictConfig
     optim: object
     sampling: dict
     task_mix: object
@@ -110,7 +113,12 @@ def build_parts(cfg: DictConfig) -> Parts:
     if kl_guard and not cfg.reference.enabled:
         raise ConfigError("guard.kl measures KL against the reference but reference.enabled="
                           "false; set reference.enabled=true or guard.kl=null")
-    return Parts(kl=kl, algorithm=instantiate(cfg.algorithm), optim=instantiate(cfg.optim),
+    try:
+        algorithm = instantiate(cfg.algorithm)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Parts(settings=EngineSettings.from_config(cfg), algorithm=algorithm,
+                 kl=kl, optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
                  anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
                  kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan), strength=strength,
@@ -119,29 +127,9 @@ def build_parts(cfg: DictConfig) -> Parts:
 
 def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = None
                  ) -> GRPOEngine:
-    """dist: the torchrun context (None: one process). The allocator choices for the model's
-    size are made here (`runtime.choose_allocator`)."""
-    a = p.algorithm
-    policy = instantiate(cfg.model)
-    device = dist.device if dist else torch.device(cfg.device)
-    n_params = sum(q.numel() for q in policy.model.parameters())
-    update_mmap_kib = runtime.choose_allocator(cfg.mmap_threshold_kib, n_params, device)
-    settings = EngineSettings(
-        num_generations=cfg.num_generations, total_steps=cfg.steps,
-        num_iterations=a.num_iterations, kl_estimator=a.kl_estimator,
-        entropy_coef=a.entropy_coef, zero_variance=cfg.zero_variance,
-        credit=a.get("credit", "sequence"),  # configs saved before it: sequence
-        micro_batch=cfg.micro_batch,
-        micro_batch_tokens=micro_batch_tokens(cfg.micro_batch_tokens, n_params),
-        use_reference=cfg.reference.enabled, ref_sync_every=cfg.reference.sync_every,
-        ref_sync_alpha=cfg.reference.sync_alpha, seed=cfg.seed,
-        nan_lr_backoff=cfg.guard.nan.lr_backoff, device=cfg.device,
-        release_memory=cfg.release_memory, mmap_threshold_kib=update_mmap_kib,
-        recompute_activations=cfg.recompute_activations, rollout_tape_mib=cfg.rollout_tape_mib,
-        backend=cfg.backend, autocast=cfg.autocast, reference_device=cfg.reference.get("device"))  # runs saved before it: none
-    return GRPOEngine(policy=policy, reward=reward, advantage=a.advantage, loss=a.loss,
-                      kl=p.kl, optim=p.optim, sampling=p.sampling, settings=settings,
-                      dist=dist, anchor=p.anchor)
+    """The engine a composed config names (dist: the torchrun context; None: one process)."""
+    return GRPOEngine(instantiate(cfg.model), reward, p.algorithm, p.settings, kl=p.kl,
+                      optim=p.optim, sampling=p.sampling, dist=dist, anchor=p.anchor)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:

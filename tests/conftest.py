@@ -87,7 +87,7 @@ def tiny_overrides(synthetic_data):
 def cpu_matmul(request, monkeypatch):
     """Runs a test with each CPU matrix library (`forward_matmul.CPU_MATMUL`); modules take
     it with pytestmark = pytest.mark.usefixtures("cpu_matmul")."""
-    from rookworld import forward_matmul
+    from rookworld.backends.fast_gpt2 import matmul as forward_matmul
 
     if request.param != "blas" and not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")

@@ -105,12 +105,12 @@ def test_hf_gives_the_fast_paths_logprobs_and_loss_gradient(tiny_overrides, gpt2
         {t: [s for s in train if s.task == t] for t in "PA"}, 2, 0, 0), 0)
     n = b.rollout.completion_ids.shape[0]
     b.advantages = torch.linspace(-1, 1, n)
-    torch.testing.assert_close(hf._logprobs(hf.ref, b.rollout, b.temperature), b.ref_logprobs,
+    torch.testing.assert_close(hf.logprobs(hf.ref, b.rollout, b.temperature), b.ref_logprobs,
                                atol=1e-5, rtol=0)
     grads, losses = {}, {}
     for name, e in engines.items():
         e.optimizer.zero_grad(set_to_none=True)
-        loss, parts = e._loss(b, slice(0, n), beta=0.5)
+        loss, parts = e.chunk_loss(b, slice(0, n), beta=0.5)
         loss.backward()
         losses[name] = {k: float(v) for k, v in parts.items()}
         grads[name] = {k: p.grad for k, p in e.model.named_parameters()}
@@ -140,8 +140,8 @@ def test_bf16_autocast_runs_the_matrix_products_in_bf16_over_float32_weights(tin
     assert torch.isfinite(torch.tensor(m["loss/total"])) and m["optim/grad_norm"] > 0
     # the old log-probs come from the update's own teacher-forced pass: the ratio starts at 1
     assert m["policy/ratio_max"] == pytest.approx(1.0, abs=1e-4)
-    exact = engines["off"]._logprobs(engines["off"].ref, b.rollout, b.temperature)
-    mixed = e._logprobs(e.ref, b.rollout, b.temperature)
+    exact = engines["off"].logprobs(engines["off"].ref, b.rollout, b.temperature)
+    mixed = e.logprobs(e.ref, b.rollout, b.temperature)
     diff = (mixed - exact).abs().max()
     assert 0 < diff < 0.25, diff  # bf16 has 8 bits of mantissa: not exact, not far
 

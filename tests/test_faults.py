@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from test_faults_checkpoint import CORRUPTIONS
 
-from rookworld.run_dir import LATEST, CheckpointError, MetricsFile, latest_checkpoint
 from rookworld.config import compose
+from rookworld.run_dir import LATEST, CheckpointError, MetricsFile, latest_checkpoint
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
 # State that a resume must restore: Adam moments and a large lr (weights move a lot),
@@ -261,7 +261,7 @@ def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_override
 
 def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
         tiny_overrides, tmp_path, monkeypatch, capsys, one_thread):
-    from rookworld import forward_matmul
+    from rookworld.backends.fast_gpt2 import matmul as forward_matmul
     if not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")
     monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)  # restored afterwards

@@ -53,7 +53,7 @@ def test_float32_on_the_gpu_gives_the_cpus_logprobs(tiny_overrides):
     on_gpu = type(r)(*(x.cuda() if isinstance(x, torch.Tensor) else x for x in (
         r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask, r.logprobs,
         r.truncated)))
-    gpu = engines["cuda"]._logprobs(engines["cuda"].ref, on_gpu, b.temperature.cuda()).cpu()
+    gpu = engines["cuda"].logprobs(engines["cuda"].ref, on_gpu, b.temperature.cuda()).cpu()
     torch.testing.assert_close(gpu, b.ref_logprobs, atol=1e-4, rtol=0)
 
 

@@ -12,12 +12,12 @@ from omegaconf import OmegaConf
 from test_grpo_estimators import M, X  # the aggregators' hand-checked tensors
 
 from rookworld.grpo import (
-    ConstantNorm,
+    Algorithm,
     GroupAdvantage,
     PolicyLoss,
+    aggregate,
     group_advantages,
-    seq_mean_token_mean,
-    token_mean,
+    policy_loss,
     zero_variance_groups,
 )
 
@@ -113,22 +113,22 @@ def test_grpo_loss_hand():
     # seq 0: min(1.5, 1.2)=1.2, min(.5, .8)=.5, 1.0 -> mean -(2.7 / 3) = -0.9
     # seq 1: min(-1.1, -1.1)=-1.1, min(-.7, -.8)=-.8 -> mean +(1.9 / 2) = 0.95
     # GRPO: mean over sequences = (-0.9 + 0.95) / 2 = 0.025
-    loss, stats = PolicyLoss(0.2, 0.2, "token", seq_mean_token_mean)(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK)
+    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(0.2, 0.2, "token", "seq_mean_token_mean"))
     assert loss.item() == pytest.approx(0.025, abs=1e-6)
     # clipped: the 1.5 (high, A > 0) and the 0.7 (low, A < 0), each 1 of 5 real tokens
-    assert stats["clip_frac_high"].item() == pytest.approx(0.2)
-    assert stats["clip_frac_low"].item() == pytest.approx(0.2)
-    assert stats["ratio_mean"].item() == pytest.approx(4.8 / 5, abs=1e-6)  # (1.5+.5+1+1.1+.7)/5
-    assert stats["ratio_max"].item() == pytest.approx(1.5)  # the padded 9.0 is not counted
+    assert stats["policy/clip_frac_high"].item() == pytest.approx(0.2)
+    assert stats["policy/clip_frac_low"].item() == pytest.approx(0.2)
+    assert stats["policy/ratio_mean"].item() == pytest.approx(4.8 / 5, abs=1e-6)  # (1.5+.5+1+1.1+.7)/5
+    assert stats["policy/ratio_max"].item() == pytest.approx(1.5)  # the padded 9.0 is not counted
 
 
 def test_dapo_loss_hand():
     # clip-higher [0.8, 1.28], token mean over the batch
     # seq 0: -[min(1.5, 1.28), .5, 1.0] = -[1.28, .5, 1] (sum -2.78); seq 1: [1.1, .8] (sum 1.9)
     # (-2.78 + 1.9) / 5 tokens = -0.176
-    loss, stats = PolicyLoss(0.2, 0.28, "token", token_mean)(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK)
+    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(0.2, 0.28, "token", "token_mean"))
     assert loss.item() == pytest.approx(-0.176, abs=1e-6)
-    assert stats["clip_frac_high"].item() == pytest.approx(0.2)  # 1.5 > 1.28
+    assert stats["policy/clip_frac_high"].item() == pytest.approx(0.2)  # 1.5 > 1.28
 
 
 def test_dr_grpo_loss_hand():
@@ -138,7 +138,7 @@ def test_dr_grpo_loss_hand():
     # seq 0: -[min(.75, .6), min(.25, .4), .5] = -[.6, .25, .5] (sum -1.35)
     # seq 1: -[min(-.55, -.55), min(-.35, -.4)] = [.55, .4] (sum .95)
     # (-1.35 + .95) / (N=2 * max_len=4) = -0.05
-    loss, _ = PolicyLoss(0.2, 0.2, "token", ConstantNorm(4))(_logp(), OLD, adv, MASK)
+    loss, _ = policy_loss(_logp(), OLD, adv, MASK, PolicyLoss(0.2, 0.2, "token", "seq_mean_token_sum_norm", 4))
     assert loss.item() == pytest.approx(-0.05, abs=1e-6)
 
 
@@ -149,10 +149,10 @@ def test_gspo_loss_and_gradient_hand():
     # loss = mean(-.908560, .9997) = 0.0455699
     logp = _logp()
     s0 = 0.75 ** (1 / 3)
-    loss, stats = PolicyLoss(3e-4, 4e-4, "sequence", seq_mean_token_mean)(logp, OLD, torch.tensor([1.0, -1.0]), MASK)
+    loss, stats = policy_loss(logp, OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(3e-4, 4e-4, "sequence", "seq_mean_token_mean"))
     assert loss.item() == pytest.approx((0.9997 - s0) / 2, abs=1e-6)
-    assert stats["clip_frac_low"].item() == pytest.approx(0.4)  # seq 1's 2 of 5 real tokens
-    assert stats["clip_frac_high"].item() == 0.0
+    assert stats["policy/clip_frac_low"].item() == pytest.approx(0.4)  # seq 1's 2 of 5 real tokens
+    assert stats["policy/clip_frac_high"].item() == 0.0
     # d loss / d logp_0t = -(1/2) * A_0 * s_0 * (1/3) = -s_0 / 6 = -0.151427 on each real token;
     # seq 1 is clipped: 0; padding: 0
     loss.backward()
@@ -165,7 +165,7 @@ def test_token_loss_gradient_zero_where_clipped():
     # seq 0 (A=+1): 1.5 clipped -> 0; r=.5: -(1/6) * .5 = -0.083333; r=1: -1/6
     # seq 1 (A=-1): r=1.1: +(1/4) * 1.1 = 0.275; 0.7 clipped -> 0; padding -> 0
     logp = _logp()
-    loss, _ = PolicyLoss(0.2, 0.2)(logp, OLD, torch.tensor([1.0, -1.0]), MASK)
+    loss, _ = policy_loss(logp, OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(0.2, 0.2))
     loss.backward()
     want = torch.tensor([[0.0, -0.5 / 6, -1 / 6], [0.275, 0.0, 0.0]])
     assert torch.allclose(logp.grad, want, atol=1e-6)
@@ -176,9 +176,9 @@ def test_ratio_is_against_old_logp_on_policy_gives_vanilla_gradient():
     # gradient -A_i / (N * |y_i|): no reference model anywhere in the loss
     logp = OLD.clone().requires_grad_(True)
     adv = torch.tensor([2.0, -1.0])
-    loss, stats = PolicyLoss()(logp, OLD, adv, MASK)
+    loss, stats = policy_loss(logp, OLD, adv, MASK, PolicyLoss())
     assert loss.item() == pytest.approx(-(2.0 - 1.0) / 2)
-    assert stats["ratio_mean"].item() == 1.0 and stats["clip_frac_low"].item() == 0.0
+    assert stats["policy/ratio_mean"].item() == 1.0 and stats["policy/clip_frac_low"].item() == 0.0
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1 / 3] * 3, [0.25, 0.25, 0.0]]))
 
@@ -191,8 +191,10 @@ def test_policy_loss_vs_loop_all_variants():
     adv = torch.randn(N, generator=g)
     lens = [5, 1, 3, 4, 2, 5]
     mask = torch.tensor([[1] * n + [0] * (T - n) for n in lens])
-    variants = [(0.2, 0.2, "token", seq_mean_token_mean, "seq"), (0.2, 0.28, "token", token_mean, "tok"),
-                (0.2, 0.2, "token", ConstantNorm(8), "const"), (0.05, 0.06, "sequence", seq_mean_token_mean, "seq")]
+    variants = [(0.2, 0.2, "token", "seq_mean_token_mean", "seq"),
+                (0.2, 0.28, "token", "token_mean", "tok"),
+                (0.2, 0.2, "token", "seq_mean_token_sum_norm", "const"),
+                (0.05, 0.06, "sequence", "seq_mean_token_mean", "seq")]
     for lo, hi, level, agg, kind in variants:
         terms = []
         for i, n in enumerate(lens):
@@ -205,7 +207,7 @@ def test_policy_loss_vs_loop_all_variants():
             want = sum(map(sum, terms)) / sum(lens)
         else:
             want = sum(map(sum, terms)) / (N * 8)
-        got, _ = PolicyLoss(lo, hi, level, agg)(logp, old, adv, mask)
+        got, _ = policy_loss(logp, old, adv, mask, PolicyLoss(lo, hi, level, agg, 8))
         assert got.item() == pytest.approx(want, abs=1e-5), (level, kind)
 
 
@@ -214,20 +216,20 @@ def test_policy_loss_exploding_ratio_stays_finite():
     logp[0, 0] = 200.0  # log ratio 201 on a real token: clamped to 20 before exp
     logp[1, 2] = 1e4  # padding
     logp.requires_grad_(True)
-    loss, stats = PolicyLoss()(logp, OLD, torch.tensor([-1.0, 1.0]), MASK)
+    loss, stats = policy_loss(logp, OLD, torch.tensor([-1.0, 1.0]), MASK, PolicyLoss())
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
-    assert stats["ratio_max"].item() == pytest.approx(math.exp(20.0), rel=1e-5)
+    assert stats["policy/ratio_max"].item() == pytest.approx(math.exp(20.0), rel=1e-5)
 
 
 def test_zero_advantage_gives_no_loss_no_gradient_no_clip_count():
     # a zero-variance group: whatever the ratios (0.5 and 1.5 lie outside the clip range),
     # it adds nothing to the loss or the gradient, and is not counted as clipped
     logp = _logp()
-    loss, stats = PolicyLoss()(logp, OLD, torch.zeros(2), MASK)
+    loss, stats = policy_loss(logp, OLD, torch.zeros(2), MASK, PolicyLoss())
     loss.backward()
     assert loss.item() == 0.0 and (logp.grad == 0).all()
-    assert stats["clip_frac_low"].item() == 0.0 and stats["clip_frac_high"].item() == 0.0
+    assert stats["policy/clip_frac_low"].item() == 0.0 and stats["policy/clip_frac_high"].item() == 0.0
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
@@ -239,7 +241,7 @@ def test_nonfinite_padding_leaves_loss_and_gradient_finite(level):
     logp.requires_grad_(True)
     old = OLD.clone()
     old[1, 2] = float("-inf")
-    loss, stats = PolicyLoss(ratio_level=level)(logp, old, torch.tensor([1.0, -1.0]), MASK)
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(ratio_level=level))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert all(torch.isfinite(v) for v in stats.values())
@@ -248,7 +250,8 @@ def test_nonfinite_padding_leaves_loss_and_gradient_finite(level):
 
 def test_policy_loss_validation():
     for kwargs, key in [({"clip_low": 1.0}, "clip_low"), ({"clip_high": 0.0}, "clip_high"),
-                        ({"ratio_level": "seq"}, "ratio_level"), ({"aggregate": "mean"}, "aggregate")]:
+                        ({"ratio_level": "seq"}, "ratio_level"), ({"agg_mode": "mean"}, "agg_mode"),
+                        ({"agg_mode": "seq_mean_token_sum_norm"}, "max_len")]:
         with pytest.raises(ValueError, match=f"algorithm.loss.{key}"):
             PolicyLoss(**kwargs)
 
@@ -262,22 +265,19 @@ def _algorithm(name, max_new_tokens=16):
 
 
 @pytest.mark.parametrize("name, scale, clip, level, agg", [
-    ("grpo", "group", (0.2, 0.2), "token", seq_mean_token_mean),
-    ("dapo", "group", (0.2, 0.28), "token", token_mean),
-    ("dr_grpo", "none", (0.2, 0.2), "token", ConstantNorm),
-    ("gspo", "group", (3e-4, 4e-4), "sequence", seq_mean_token_mean),
+    ("grpo", "group", (0.2, 0.2), "token", "seq_mean_token_mean"),
+    ("dapo", "group", (0.2, 0.28), "token", "token_mean"),
+    ("dr_grpo", "none", (0.2, 0.2), "token", "seq_mean_token_sum_norm"),
+    ("gspo", "group", (3e-4, 4e-4), "sequence", "seq_mean_token_mean"),
 ])
 def test_algorithm_yaml_instantiates(name, scale, clip, level, agg):
-    cfg = _algorithm(name)
-    adv = instantiate(cfg.advantage, _execution_whitelist_=["rookworld.*"])
-    loss = instantiate(cfg.loss, _execution_whitelist_=["rookworld.*"])
-    assert isinstance(adv, GroupAdvantage) and adv.scale == scale
-    assert isinstance(loss, PolicyLoss) and (loss.clip_low, loss.clip_high) == clip
-    assert loss.ratio_level == level
-    if agg is ConstantNorm:
-        assert isinstance(loss.aggregate, ConstantNorm) and loss.aggregate.max_len == 16
-    else:
-        assert loss.aggregate.func is agg
-        assert loss.aggregate(X, M).item() == pytest.approx(agg(X, M).item())
+    a = instantiate(_algorithm(name), _execution_whitelist_=["rookworld.*"])
+    assert isinstance(a, Algorithm) and isinstance(a.advantage, GroupAdvantage)
+    assert a.advantage.scale == scale
+    assert isinstance(a.loss, PolicyLoss) and (a.loss.clip_low, a.loss.clip_high) == clip
+    assert (a.loss.ratio_level, a.loss.agg_mode) == (level, agg)
+    if agg == "seq_mean_token_sum_norm":
+        assert a.loss.max_len == 16
+        assert aggregate(X, M, agg, 16).item() == pytest.approx(X.masked_fill(M == 0, 0).sum().item() / (2 * 16))
 
 

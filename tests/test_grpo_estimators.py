@@ -8,7 +8,6 @@ import torch
 
 from rookworld.grpo import (
     KL_ESTIMATORS,
-    ConstantNorm,
     entropy_from_logits,
     kl_full,
     kl_k1,
@@ -16,6 +15,7 @@ from rookworld.grpo import (
     kl_k3,
     masked_kl,
     seq_mean_token_mean,
+    seq_mean_token_sum_norm,
     token_logprobs,
     token_mean,
 )
@@ -136,13 +136,13 @@ def test_aggregators_hand():
     # real tokens: 1, 2, 3 | 5, 6 (the 4 is padding)
     assert token_mean(X, M).item() == pytest.approx(17 / 5)  # (1+2+3+5+6) / 5 = 3.4
     assert seq_mean_token_mean(X, M).item() == pytest.approx(3.75)  # mean(6/3, 11/2) = mean(2, 5.5)
-    assert ConstantNorm(4)(X, M).item() == pytest.approx(17 / 8)  # 17 / (N=2 * max_len=4) = 2.125
+    assert seq_mean_token_sum_norm(X, M, 4).item() == pytest.approx(17 / 8)  # 17 / (N=2 * max_len=4) = 2.125
 
 
 def test_aggregators_ignore_nonfinite_padding():
     x = X.clone()
     x[0, 3], x[1, 2] = float("inf"), float("nan")
-    for agg in (token_mean, seq_mean_token_mean, ConstantNorm(4)):
+    for agg in (token_mean, seq_mean_token_mean, lambda x, m: seq_mean_token_sum_norm(x, m, 4)):
         assert agg(x, M.bool()).item() == pytest.approx(agg(X, M).item())
 
 
@@ -181,9 +181,11 @@ def test_aggregators_vs_loops():
     seq_means = [sum(x[i, :n].tolist()) / n if n else 0.0 for i, n in enumerate(lens)]
     assert token_mean(x, mask).item() == pytest.approx(sum(tokens) / len(tokens), abs=1e-6)
     assert seq_mean_token_mean(x, mask).item() == pytest.approx(sum(seq_means) / 6, abs=1e-6)
-    assert ConstantNorm(10)(x, mask).item() == pytest.approx(sum(tokens) / 60, abs=1e-6)
+    assert seq_mean_token_sum_norm(x, mask, 10).item() == pytest.approx(sum(tokens) / 60, abs=1e-6)
 
 
 def test_constant_norm_rejects_bad_max_len():
+    from rookworld.grpo import PolicyLoss
+
     with pytest.raises(ValueError, match="max_len"):
-        ConstantNorm(0)
+        PolicyLoss(agg_mode="seq_mean_token_sum_norm", max_len=0)

@@ -8,7 +8,8 @@ gradients, and the full_* KL estimators' reference logits). Temperatures follow 
 sampler: log-probs and logits are those of logits / temperature (0 counts as 1).
 
 `fast_gpt2` (rookworld's own GPT-2 on CPU: functional forward, native kernels, rollout
-tape) and `hf` (any transformers causal LM, any device) implement it.
+tape) and `hf` (any transformers causal LM, any device) implement it, both taking token
+log-probs through `logprobs` (one function, one chunking rule).
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ import torch
 from torch import Tensor, nn
 
 from .. import precision
+from ..engine_settings import check_backend
 from ..gpt2 import is_rookworld_gpt2
 from ..sampling import Rollout, SamplingSettings
-
-CHOICES = ("auto", "fast_gpt2", "hf")
 
 
 class Backend(Protocol):
     """name: as in the `backend` key; uses_tape: whether `sample` can keep its forward
-    for the update (`tape.Tape`); a backend that cannot ignores tape_budget."""
+    for the update (`fast_gpt2.tape.Tape`); a backend that cannot ignores tape_budget."""
 
     name: str
     uses_tape: bool
@@ -56,21 +56,15 @@ def resolve(choice: str, model, device, autocast: torch.dtype | None = None) -> 
     """The backend for `choice` (auto | fast_gpt2 | hf): auto is fast_gpt2 for
     rookworld's GPT-2 class on CPU, hf otherwise (autocast: the
     `precision.autocast_dtype` the run uses; fast_gpt2 takes bf16 on the CPU only, as
-    bf16 products, `forward_matmul.low_precision`)."""
+    bf16 products, `fast_gpt2.matmul.low_precision`)."""
     from .fast_gpt2 import FastGPT2
     from .hf import HFBackend
 
-    if choice not in CHOICES:
-        raise ValueError(f"backend must be one of {' | '.join(CHOICES)}, got {choice!r}")
+    check_backend(choice, "bf16" if autocast is not None else "off", str(device),
+                  hf_model=not is_rookworld_gpt2(model))
     if choice == "auto":
         choice = "fast_gpt2" if is_rookworld_gpt2(model) and \
             torch.device(device).type == "cpu" else "hf"
-    if choice == "fast_gpt2" and not is_rookworld_gpt2(model):
-        raise ValueError(f"backend=fast_gpt2 runs rookworld's own GPT-2 class only; this model "
-                         f"is {type(model).__name__}: use backend=hf (or auto)")
-    if choice == "fast_gpt2" and autocast is not None and torch.device(device).type != "cpu":
-        raise ValueError("backend=fast_gpt2 takes autocast=bf16 on the CPU only; on a GPU use "
-                         "backend=hf (or auto), or set autocast=off")
     return FastGPT2() if choice == "fast_gpt2" else HFBackend()
 
 
