@@ -118,7 +118,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-positions", type=int, default=384)
     p.add_argument("--micro-batch", default="auto",
-                   help="rookworld micro_batch: auto (the training default), 0 = the whole batch, N rows")
+                   help="rookworld micro_batch: auto (the training default), "
+                        "0 = the whole batch, N rows")
     p.add_argument("--release-memory", action="store_true",
                    help="rookworld release_memory=true (trim the heap between phases)")
     p.add_argument("--mmap-threshold-kib", default="auto",

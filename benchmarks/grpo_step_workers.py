@@ -125,7 +125,8 @@ def rookworld_worker(a, conn, prompts: list, extra: tuple = (), env: dict | None
         batch = engine.rollout(prompts[step], step)
         m = batch.metrics | engine.update(batch, step)
         gpu_mb = gpu_peak_mb(a.device)
-        out = {"step_s": time.perf_counter() - t0, "gpu_peak_mb": gpu_mb, "tokens": m["sample/tokens"],
+        out = {"step_s": time.perf_counter() - t0, "gpu_peak_mb": gpu_mb,
+               "tokens": m["sample/tokens"],
                "prompt_tokens": float(batch.rollout.prompt_mask.sum()),
                "micro_batches": m["optim/micro_batches"],
                "reused": bool(m["optim/rollout_forward_reused"]),
@@ -172,7 +173,8 @@ def trl_worker(a, conn, prompts: list) -> None:
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench_grpo_trl_"), use_cpu=a.device == "cpu",
         bf16=a.device != "cpu" and precision.autocast_dtype(a.autocast, a.device) is not None,
-        fp16=False, seed=a.seed, max_steps=steps, per_device_train_batch_size=a.prompts * a.generations,
+        fp16=False, seed=a.seed, max_steps=steps,
+        per_device_train_batch_size=a.prompts * a.generations,
         num_generations=a.generations, max_completion_length=a.tokens, temperature=1.0,
         top_k=0, top_p=1.0, beta=a.beta, learning_rate=a.lr, lr_scheduler_type="constant",
         max_grad_norm=1.0, warmup_steps=0, num_iterations=1, disable_dropout=True,

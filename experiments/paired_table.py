@@ -68,7 +68,8 @@ def main(argv=None) -> None:
         for j in range(len(metrics)):
             v = [row[j][0] for row in changes]
             half = seed_interval(v)
-            means.append(f"**{statistics.mean(v):+.3f}**" + ("" if half is None else f" ± {half:.3f}"))
+            means.append(f"**{statistics.mean(v):+.3f}**"
+                         + ("" if half is None else f" ± {half:.3f}"))
         n_failed = int(failed.get(label, 0))
         print(f"| {label} | mean of {len(runs)}"
               + (f", {n_failed} of {len(runs) + n_failed} failed" if n_failed else "")

@@ -31,6 +31,7 @@ import os as _os
 CPU_KERNEL_CACHE = 16
 KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 for _name in KERNEL_CACHE_VARIABLES:
-    if _name == "ONEDNN_PRIMITIVE_CACHE_CAPACITY" and "DNNL_PRIMITIVE_CACHE_CAPACITY" in _os.environ:
+    if (_name == "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+            and "DNNL_PRIMITIVE_CACHE_CAPACITY" in _os.environ):
         continue  # oneDNN's older name for the same setting: the user's choice
     _os.environ.setdefault(_name, str(CPU_KERNEL_CACHE))

@@ -78,7 +78,8 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
             x = torch.tensor([r[3] for r in rows])
             std = x.std()  # unbiased, as the sequence advantages' (grpo.group_advantages)
-            adv = torch.zeros_like(x) if float(std) == 0 else (x - x.mean()) / std.clamp_min(min_std)
+            adv = (torch.zeros_like(x) if float(std) == 0
+                   else (x - x.mean()) / std.clamp_min(min_std))
             for (i, a, b, _), v in zip(rows, adv.tolist()):
                 # the tokens that hold characters a .. b-1
                 out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v

@@ -126,7 +126,8 @@ def fmt(v) -> str:
         return "-"
     if isinstance(v, str):
         return v
-    return yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    return (yaml.safe_dump(v, default_flow_style=True, width=10**6)
+            .strip().removesuffix("...").strip())
 
 
 def rows(diff: dict[str, list[tuple]]) -> list[tuple]:

@@ -81,7 +81,8 @@ class GRPOEngine:
     def _generator(self, step: int, salt: int) -> torch.Generator:
         g = torch.Generator(device=self.device)
         rank = self.dist.rank if self.dist else 0
-        return g.manual_seed(self.settings.seed * 1_000_003 + step * 101 + salt + rank * 7_919_000_017)
+        return g.manual_seed(self.settings.seed * 1_000_003 + step * 101 + salt
+                             + rank * 7_919_000_017)
 
     def sample_rows(self, samples: list[Sample], step: int) -> tuple[Rollout, Tensor]:
         rows = [s for s in samples for _ in range(self.G)]

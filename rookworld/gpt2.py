@@ -79,7 +79,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: GPT2Config):
         super().__init__()
         self.num_heads = cfg.n_head
-        self.c_attn, self.c_proj = Conv1D(cfg.n_embd, 3 * cfg.n_embd), Conv1D(cfg.n_embd, cfg.n_embd)
+        self.c_attn, self.c_proj = (Conv1D(cfg.n_embd, 3 * cfg.n_embd),
+                                    Conv1D(cfg.n_embd, cfg.n_embd))
 
 
 class MLP(nn.Module):

@@ -189,7 +189,8 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
     if group_size < 2 or rewards.numel() % group_size:
-        raise ValueError(f"group_size must be >= 2 and divide N={rewards.numel()}, got {group_size}")
+        raise ValueError(f"group_size must be >= 2 and divide N={rewards.numel()}, "
+                         f"got {group_size}")
     return rewards.double().view(-1, group_size)
 
 
@@ -238,9 +239,11 @@ class GroupAdvantage:
 
     def __init__(self, scale: str = "group", min_std: float = 1e-6, clip: float | None = None):
         if scale not in ADVANTAGE_SCALES:
-            raise ValueError(f"algorithm.advantage.scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
+            raise ValueError(f"algorithm.advantage.scale must be one of {ADVANTAGE_SCALES}, "
+                             f"got {scale!r}")
         if scale != "none" and not min_std > 0:
-            raise ValueError(f"algorithm.advantage.min_std must be > 0 when scaling by a std, got {min_std}")
+            raise ValueError("algorithm.advantage.min_std must be > 0 when scaling by a std, "
+                             f"got {min_std}")
         if clip is not None and not clip > 0:
             raise ValueError(f"algorithm.advantage.clip must be > 0 or null, got {clip}")
         self.scale, self.min_std, self.clip = scale, float(min_std), clip

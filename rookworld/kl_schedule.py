@@ -118,9 +118,11 @@ class AdaptiveKL(KLSchedule):
 
     def __init__(self, beta: float, target: float, horizon: float = 10.0,
                  beta_min: float = 1e-3, beta_max: float = 1.0):
-        _check(beta_min > 0, "beta_min", "> 0 (a multiplicative controller cannot leave 0)", beta_min)
+        _check(beta_min > 0, "beta_min", "> 0 (a multiplicative controller cannot leave 0)",
+               beta_min)
         _check(beta_max >= beta_min, "beta_max", f">= kl.beta_min ({beta_min})", beta_max)
-        _check(beta_min <= beta <= beta_max, "beta", f"in [kl.beta_min, kl.beta_max] = [{beta_min}, {beta_max}]", beta)
+        _check(beta_min <= beta <= beta_max, "beta",
+               f"in [kl.beta_min, kl.beta_max] = [{beta_min}, {beta_max}]", beta)
         _check(target > 0, "target", "> 0 (nats per token)", target)
         _check(horizon > 0, "horizon", "> 0 (steps)", horizon)
         self.beta, self.target, self.horizon = float(beta), float(target), float(horizon)

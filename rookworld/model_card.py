@@ -106,7 +106,8 @@ def _data(stage: dict) -> str:
 def _stages(stages: list[dict]) -> str:
     parts = []
     for s in stages:
-        parts.append(f"{s['stage']}. From {s.get('start', 'random weights')}: {s['steps']} steps, {s['samples']:,} samples, "
+        parts.append(f"{s['stage']}. From {s.get('start', 'random weights')}: "
+                     f"{s['steps']} steps, {s['samples']:,} samples, "
                      f"{s['minutes']:.1f} training minutes on {_where(s)}, "
                      f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} "
                      f"thread{'' if s.get('threads') == 1 else 's'}:\n\n"
@@ -160,7 +161,8 @@ the whole held-out split, and rook_val_500 when present) prints the figures belo
 
 {_table(ev['held_out'])}
 
-## Greedy metrics on rook_val_500 (external P-task set, 30 s Stockfish labels, `B:` relabelled as argmax(E))
+## Greedy metrics on rook_val_500 (external P-task set, 30 s Stockfish labels, \
+`B:` relabelled as argmax(E))
 
 {_table(ext) if ext else 'not measured (file not found when the model was made)'}
 

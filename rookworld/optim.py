@@ -132,14 +132,18 @@ class AdamWSpec:
     """
 
     def __init__(self, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999),
-                 eps: float = 1e-8, grad_clip: float | None = 1.0, schedule: Schedule | None = None):
+                 eps: float = 1e-8, grad_clip: float | None = 1.0,
+                 schedule: Schedule | None = None):
         _check(lr > 0, "lr", "> 0", lr)
         _check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
         betas = tuple(float(b) for b in betas)
-        _check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", "two numbers in [0, 1)", betas)
+        _check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas",
+               "two numbers in [0, 1)", betas)
         _check(eps > 0, "eps", "> 0", eps)
-        _check(grad_clip is None or grad_clip > 0, "grad_clip", "> 0 or null (no clipping)", grad_clip)
-        self.lr, self.weight_decay, self.betas, self.eps = float(lr), float(weight_decay), betas, float(eps)
+        _check(grad_clip is None or grad_clip > 0, "grad_clip", "> 0 or null (no clipping)",
+               grad_clip)
+        self.lr, self.weight_decay, self.betas, self.eps = (float(lr), float(weight_decay), betas,
+                                                            float(eps))
         self.grad_clip = None if grad_clip is None else float(grad_clip)
         self.schedule = Constant() if schedule is None else schedule
 

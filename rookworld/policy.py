@@ -154,7 +154,8 @@ def load_embedded(path: str | None = None) -> Policy:
     directory = Path(path) if path else EMBEDDED_DIR
     if not (directory / "config.json").exists():
         raise FileNotFoundError(
-            f"embedded model not found at {directory}; build it with `python -m rookworld.pretrain`")
+            f"embedded model not found at {directory}; "
+            "build it with `python -m rookworld.pretrain`")
     return load_pretrained(str(directory))
 
 

@@ -30,7 +30,8 @@ class Mixed:
     def task_of(self, step: int, rng: random.Random) -> str:
         return "P" if rng.random() < self.p_share else "A"
 
-    def draw(self, pools: dict[str, Sequence[Sample]], n: int, step: int, seed: int) -> list[Sample]:
+    def draw(self, pools: dict[str, Sequence[Sample]], n: int, step: int,
+             seed: int) -> list[Sample]:
         rng = _rng(seed, step)
         return [rng.choice(pools[self.task_of(step, rng)]) for _ in range(n)]
 
@@ -73,5 +74,6 @@ class FixedBatch(Mixed):
     """The same prompts every step (the draw of step 0): the overfit-one-batch sanity
     check. A GRPO engine that works drives the greedy reward on this batch up."""
 
-    def draw(self, pools: dict[str, Sequence[Sample]], n: int, step: int, seed: int) -> list[Sample]:
+    def draw(self, pools: dict[str, Sequence[Sample]], n: int, step: int,
+             seed: int) -> list[Sample]:
         return super().draw(pools, n, 0, seed)

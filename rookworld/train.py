@@ -235,7 +235,8 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
         if main and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             last_eval = evaluate(engine, evaluator, cfg, loggers, metrics_file, step,
                                  samples_file, baseline, suite)[0]
-        if main and (done == cfg.steps or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
+        if main and (done == cfg.steps
+                     or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             save_checkpoint(run_dir, done, engine, {
                 "cpu_matmul": forward_matmul.CPU_MATMUL,
                 "nan_guard": p.nan_guard.state_dict(),

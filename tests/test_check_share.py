@@ -10,7 +10,8 @@ from pathlib import Path
 import chess
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline" / "check_share.py"
+SCRIPT = (Path(__file__).resolve().parents[1] / "experiments" / "embedded_baseline"
+          / "check_share.py")
 
 
 @pytest.mark.slow

@@ -43,7 +43,8 @@ def test_one_argument_is_compared_with_the_defaults(capsys):
     text = diff.main(["dapo"])
     assert text.startswith("A: defaults\nB: experiment=dapo\n")
     assert "+ experiment  dapo" in text
-    assert "~ kl._target_" in text and "rookworld.kl_schedule.FixedKL -> rookworld.kl_schedule.NoKL" in text
+    assert "~ kl._target_" in text
+    assert "rookworld.kl_schedule.FixedKL -> rookworld.kl_schedule.NoKL" in text
     assert "~ zero_variance" in text and "keep -> drop" in text
     assert "- kl.beta" in text
 

@@ -258,7 +258,8 @@ def _mapped(kib: int = 1024, count: int = 200) -> int | None:
 
 
 @pytest.mark.parametrize("setting, during", [("auto", False), (512, True)])
-@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")  # by the test
+# by the test
+@pytest.mark.filterwarnings(r"ignore:Seems like `optimizer.step\(\)` has been overridden")
 def test_the_update_maps_big_blocks_only_under_its_threshold(tiny_overrides, monkeypatch,
                                                               setting, during):
     """mmap_threshold_kib=512: 1 MiB blocks get their own mappings inside the update and

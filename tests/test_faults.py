@@ -27,9 +27,9 @@ from rookworld.train import build_engine, build_parts, resolve_resume, run
 # State that a resume must restore: Adam moments and a large lr (weights move a lot),
 # a cosine schedule (scheduler state), the adaptive KL controller (its coefficient)
 # and a reference that is synced every 3 steps (saved with the checkpoint).
-STATEFUL = ["optim=adamw_cosine", "optim.schedule.warmup_steps=1", "optim.lr=0.01", "kl=adaptive", "reference.sync_every=3",
-            "reference.sync_alpha=0.5", "checkpoint_every=1", "eval_every=2",
-            "guard.kl.threshold=1000"]
+STATEFUL = ["optim=adamw_cosine", "optim.schedule.warmup_steps=1", "optim.lr=0.01", "kl=adaptive",
+            "reference.sync_every=3", "reference.sync_alpha=0.5", "checkpoint_every=1",
+            "eval_every=2", "guard.kl.threshold=1000"]
 VOLATILE = ("time/", "mem/")
 
 
@@ -264,7 +264,8 @@ def test_resume_keeps_the_cpu_matmul_its_checkpoints_were_made_with(
     from rookworld.backends.fast_gpt2 import matmul as forward_matmul
     if not forward_matmul.ONEDNN:
         pytest.skip("torch built without oneDNN")
-    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)  # restored afterwards
+    # restored afterwards
+    monkeypatch.setattr(forward_matmul, "CPU_MATMUL", forward_matmul.CPU_MATMUL)
     monkeypatch.setenv("ROOKWORLD_CPU_MATMUL", "onednn")
     run(compose(tiny_overrides + STATEFUL + ["steps=3"]), tmp_path / "whole")
     cut = tmp_path / "cut"

@@ -122,7 +122,8 @@ CORRUPTIONS = {  # name -> what it does to a checkpoint directory
         c / "model" / "model.safetensors", (c / "model" / "model.safetensors").stat().st_size // 2),
     "weights: header bytes flipped": lambda c: _flip(c / "model" / "model.safetensors", 8, 16),
     "weights: truncated": lambda c: os.truncate(c / "model" / "model.safetensors", 100),
-    "state: 64 bytes flipped": lambda c: _flip(c / "state.pt", (c / "state.pt").stat().st_size // 2),
+    "state: 64 bytes flipped": lambda c: _flip(
+        c / "state.pt", (c / "state.pt").stat().st_size // 2),
     "state: emptied": lambda c: os.truncate(c / "state.pt", 0),
     "config: edited": lambda c: (c / "model" / "config.json").write_text("{}"),
     "tokenizer: deleted": lambda c: (c / "model" / "tokenizer.json").unlink(),

@@ -48,7 +48,8 @@ def test_deterministic_and_resumable(tmp_path):
     assert first["timing"]["labelled"] == 28
     again = run(_cfg(tmp_path / "c", tmp_path / "cache_a"))
     assert again["timing"]["labelled"] == 0  # games and labels read back from the cache
-    assert (tmp_path / "a/train.jsonl.gz").read_bytes() == (tmp_path / "c/train.jsonl.gz").read_bytes()
+    assert ((tmp_path / "a/train.jsonl.gz").read_bytes()
+            == (tmp_path / "c/train.jsonl.gz").read_bytes())
     res = load_samples(tmp_path / "a/train.jsonl.gz")
     assert res.report.dropped == 0 and len([s for s in res.samples if s.task == "P"]) == 24
     if "stockfish 15.1 depth=2" not in card:
@@ -64,6 +65,7 @@ def test_interrupted_label_cache_resumes(tmp_path):
     labels.write_text(text[:-20])  # the last label cut mid-line, as by a kill
     again = run(_cfg(tmp_path / "b", tmp_path / "cache"))
     assert again["timing"]["labelled"] == 1
-    assert (tmp_path / "a/train.jsonl.gz").read_bytes() == (tmp_path / "b/train.jsonl.gz").read_bytes()
+    assert ((tmp_path / "a/train.jsonl.gz").read_bytes()
+            == (tmp_path / "b/train.jsonl.gz").read_bytes())
     # the label written after the cut starts on a line of its own: the cache is whole again
     assert run(_cfg(tmp_path / "c", tmp_path / "cache"))["timing"]["labelled"] == 0

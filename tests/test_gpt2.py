@@ -85,7 +85,8 @@ def test_original_gpt2_key_names_and_mask_buffers_load(tmp_path):
     old["h.0.attn.bias"] = torch.ones(1, 1, 64, 64)
     save_file(old, str(tmp_path / "model.safetensors"))
     back = GPT2LMHeadModel.from_pretrained(tmp_path)
-    assert torch.equal(back.transformer.h[1].mlp.c_proj.weight, m.transformer.h[1].mlp.c_proj.weight)
+    assert torch.equal(back.transformer.h[1].mlp.c_proj.weight,
+                       m.transformer.h[1].mlp.c_proj.weight)
 
 
 def test_bad_checkpoints_are_refused_with_their_reason(tmp_path):

@@ -36,13 +36,16 @@ def test_group_advantages_hand():
     want = torch.tensor([s3, -s3, -s3, s3, 0, 0, 0, 0])
     assert torch.allclose(group_advantages(R, 4, "group"), want, atol=1e-6)
     # none (Dr. GRPO): centred only
-    assert torch.allclose(group_advantages(R, 4, "none"), torch.tensor([.5, -.5, -.5, .5, 0, 0, 0, 0]))
+    assert torch.allclose(group_advantages(R, 4, "none"),
+                          torch.tensor([.5, -.5, -.5, .5, 0, 0, 0, 0]))
     # batch: std of all 8 rewards; mean 1.25, sum of squares .0625*2 + 1.5625*2 + .5625*4 = 5.5,
     # unbiased 5.5 / 7, std 0.886405 -> +-0.5 / 0.886405 = +-0.564076
     b = 0.5 / math.sqrt(5.5 / 7)
-    assert torch.allclose(group_advantages(R, 4, "batch"), torch.tensor([b, -b, -b, b, 0, 0, 0, 0]), atol=1e-6)
+    assert torch.allclose(group_advantages(R, 4, "batch"),
+                          torch.tensor([b, -b, -b, b, 0, 0, 0, 0]), atol=1e-6)
     # clip at 0.5: +-0.866 -> +-0.5
-    assert torch.allclose(group_advantages(R, 4, "group", clip=0.5), torch.tensor([.5, -.5, -.5, .5, 0, 0, 0, 0]))
+    assert torch.allclose(group_advantages(R, 4, "group", clip=0.5),
+                          torch.tensor([.5, -.5, -.5, .5, 0, 0, 0, 0]))
 
 
 def test_group_std_floor():
@@ -70,8 +73,10 @@ def test_group_advantages_vs_loop():
         grp = vals[i:i + G]
         mu, sd = statistics.mean(grp), statistics.stdev(grp)
         for j, v in enumerate(grp):
-            assert group_advantages(r, G, "group")[i + j].item() == pytest.approx((v - mu) / sd, abs=1e-5)
-            assert group_advantages(r, G, "batch")[i + j].item() == pytest.approx((v - mu) / batch_std, abs=1e-5)
+            assert group_advantages(r, G, "group")[i + j].item() == pytest.approx(
+                (v - mu) / sd, abs=1e-5)
+            assert group_advantages(r, G, "batch")[i + j].item() == pytest.approx(
+                (v - mu) / batch_std, abs=1e-5)
             assert group_advantages(r, G, "none")[i + j].item() == pytest.approx(v - mu, abs=1e-6)
 
 
@@ -113,12 +118,14 @@ def test_grpo_loss_hand():
     # seq 0: min(1.5, 1.2)=1.2, min(.5, .8)=.5, 1.0 -> mean -(2.7 / 3) = -0.9
     # seq 1: min(-1.1, -1.1)=-1.1, min(-.7, -.8)=-.8 -> mean +(1.9 / 2) = 0.95
     # GRPO: mean over sequences = (-0.9 + 0.95) / 2 = 0.025
-    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(0.2, 0.2, "token", "seq_mean_token_mean"))
+    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK,
+                              PolicyLoss(0.2, 0.2, "token", "seq_mean_token_mean"))
     assert loss.item() == pytest.approx(0.025, abs=1e-6)
     # clipped: the 1.5 (high, A > 0) and the 0.7 (low, A < 0), each 1 of 5 real tokens
     assert stats["policy/clip_frac_high"].item() == pytest.approx(0.2)
     assert stats["policy/clip_frac_low"].item() == pytest.approx(0.2)
-    assert stats["policy/ratio_mean"].item() == pytest.approx(4.8 / 5, abs=1e-6)  # (1.5+.5+1+1.1+.7)/5
+    # (1.5+.5+1+1.1+.7)/5
+    assert stats["policy/ratio_mean"].item() == pytest.approx(4.8 / 5, abs=1e-6)
     assert stats["policy/ratio_max"].item() == pytest.approx(1.5)  # the padded 9.0 is not counted
 
 
@@ -126,7 +133,8 @@ def test_dapo_loss_hand():
     # clip-higher [0.8, 1.28], token mean over the batch
     # seq 0: -[min(1.5, 1.28), .5, 1.0] = -[1.28, .5, 1] (sum -2.78); seq 1: [1.1, .8] (sum 1.9)
     # (-2.78 + 1.9) / 5 tokens = -0.176
-    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(0.2, 0.28, "token", "token_mean"))
+    loss, stats = policy_loss(_logp(), OLD, torch.tensor([1.0, -1.0]), MASK,
+                              PolicyLoss(0.2, 0.28, "token", "token_mean"))
     assert loss.item() == pytest.approx(-0.176, abs=1e-6)
     assert stats["policy/clip_frac_high"].item() == pytest.approx(0.2)  # 1.5 > 1.28
 
@@ -138,18 +146,21 @@ def test_dr_grpo_loss_hand():
     # seq 0: -[min(.75, .6), min(.25, .4), .5] = -[.6, .25, .5] (sum -1.35)
     # seq 1: -[min(-.55, -.55), min(-.35, -.4)] = [.55, .4] (sum .95)
     # (-1.35 + .95) / (N=2 * max_len=4) = -0.05
-    loss, _ = policy_loss(_logp(), OLD, adv, MASK, PolicyLoss(0.2, 0.2, "token", "seq_mean_token_sum_norm", 4))
+    loss, _ = policy_loss(_logp(), OLD, adv, MASK,
+                          PolicyLoss(0.2, 0.2, "token", "seq_mean_token_sum_norm", 4))
     assert loss.item() == pytest.approx(-0.05, abs=1e-6)
 
 
 def test_gspo_loss_and_gradient_hand():
     # s_0 = (1.5 * .5 * 1)^(1/3) = .75^(1/3) = 0.908560; s_1 = (1.1 * .7)^(1/2) = 0.877496
     # clip [1 - 3e-4, 1 + 4e-4] = [.9997, 1.0004]
-    # seq 0, A=+1: min(.908560, .9997) = .908560 (unclipped); seq 1, A=-1: min(-.877496, -.9997) = -.9997
+    # seq 0, A=+1: min(.908560, .9997) = .908560 (unclipped);
+    # seq 1, A=-1: min(-.877496, -.9997) = -.9997
     # loss = mean(-.908560, .9997) = 0.0455699
     logp = _logp()
     s0 = 0.75 ** (1 / 3)
-    loss, stats = policy_loss(logp, OLD, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(3e-4, 4e-4, "sequence", "seq_mean_token_mean"))
+    loss, stats = policy_loss(logp, OLD, torch.tensor([1.0, -1.0]), MASK,
+                              PolicyLoss(3e-4, 4e-4, "sequence", "seq_mean_token_mean"))
     assert loss.item() == pytest.approx((0.9997 - s0) / 2, abs=1e-6)
     assert stats["policy/clip_frac_low"].item() == pytest.approx(0.4)  # seq 1's 2 of 5 real tokens
     assert stats["policy/clip_frac_high"].item() == 0.0
@@ -199,8 +210,10 @@ def test_policy_loss_vs_loop_all_variants():
         terms = []
         for i, n in enumerate(lens):
             lr = [logp[i, t].item() - old[i, t].item() for t in range(n)]
-            ratios = [math.exp(sum(lr) / n)] * n if level == "sequence" else [math.exp(x) for x in lr]
-            terms.append([-min(r * adv[i].item(), min(max(r, 1 - lo), 1 + hi) * adv[i].item()) for r in ratios])
+            ratios = ([math.exp(sum(lr) / n)] * n if level == "sequence"
+                      else [math.exp(x) for x in lr])
+            terms.append([-min(r * adv[i].item(), min(max(r, 1 - lo), 1 + hi) * adv[i].item())
+                          for r in ratios])
         if kind == "seq":
             want = sum(sum(t) / len(t) for t in terms) / N
         elif kind == "tok":
@@ -229,7 +242,8 @@ def test_zero_advantage_gives_no_loss_no_gradient_no_clip_count():
     loss, stats = policy_loss(logp, OLD, torch.zeros(2), MASK, PolicyLoss())
     loss.backward()
     assert loss.item() == 0.0 and (logp.grad == 0).all()
-    assert stats["policy/clip_frac_low"].item() == 0.0 and stats["policy/clip_frac_high"].item() == 0.0
+    assert stats["policy/clip_frac_low"].item() == 0.0
+    assert stats["policy/clip_frac_high"].item() == 0.0
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
@@ -241,7 +255,8 @@ def test_nonfinite_padding_leaves_loss_and_gradient_finite(level):
     logp.requires_grad_(True)
     old = OLD.clone()
     old[1, 2] = float("-inf")
-    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), MASK, PolicyLoss(ratio_level=level))
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), MASK,
+                              PolicyLoss(ratio_level=level))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert all(torch.isfinite(v) for v in stats.values())
@@ -278,6 +293,7 @@ def test_algorithm_yaml_instantiates(name, scale, clip, level, agg):
     assert (a.loss.ratio_level, a.loss.agg_mode) == (level, agg)
     if agg == "seq_mean_token_sum_norm":
         assert a.loss.max_len == 16
-        assert aggregate(X, M, agg, 16).item() == pytest.approx(X.masked_fill(M == 0, 0).sum().item() / (2 * 16))
+        assert aggregate(X, M, agg, 16).item() == pytest.approx(
+            X.masked_fill(M == 0, 0).sum().item() / (2 * 16))
 
 

@@ -86,7 +86,8 @@ def test_k1_and_k3_are_unbiased_k3_nonnegative():
     logpi, logref = torch.log_softmax(logits, -1)[0, 0], torch.log_softmax(ref_logits, -1)[0, 0]
     exact = kl_full(logits, ref_logits)[0, 0]
     for k in (kl_k1, kl_k3):
-        assert (logpi.exp() * k(logpi, logref)).sum().item() == pytest.approx(exact.item(), abs=1e-6)
+        assert (logpi.exp() * k(logpi, logref)).sum().item() == pytest.approx(exact.item(),
+                                                                              abs=1e-6)
     assert (kl_k3(logpi, logref) >= 0).all()
 
 
@@ -136,7 +137,8 @@ def test_aggregators_hand():
     # real tokens: 1, 2, 3 | 5, 6 (the 4 is padding)
     assert token_mean(X, M).item() == pytest.approx(17 / 5)  # (1+2+3+5+6) / 5 = 3.4
     assert seq_mean_token_mean(X, M).item() == pytest.approx(3.75)  # mean(6/3, 11/2) = mean(2, 5.5)
-    assert seq_mean_token_sum_norm(X, M, 4).item() == pytest.approx(17 / 8)  # 17 / (N=2 * max_len=4) = 2.125
+    # 17 / (N=2 * max_len=4) = 2.125
+    assert seq_mean_token_sum_norm(X, M, 4).item() == pytest.approx(17 / 8)
 
 
 def test_aggregators_ignore_nonfinite_padding():

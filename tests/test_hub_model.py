@@ -52,7 +52,8 @@ def test_local_hub_layout_loads_with_dropout_off_fp32_and_bos(tmp_path, syntheti
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())
     ids = policy.encode_prompt("P: 8/8/8/8/8/8/8/K6k w - - 0 1 ")
     assert ids[0] == policy.eos_id == tok.eos_token_id
-    assert policy.tokenizer.padding_side == "left" and policy.tokenizer.pad_token_id == policy.eos_id
+    assert policy.tokenizer.padding_side == "left"
+    assert policy.tokenizer.pad_token_id == policy.eos_id
     with pytest.raises(ValueError, match="beyond the model"):
         policy.encode_prompt("<|pad1|>")
 

@@ -37,15 +37,18 @@ def test_warmup_ratio_hand():
 def test_cosine_schedule_hand():
     # no warmup, total 10, floor .1: step 0 -> 1; step 5 -> .1 + .9 * (1 + cos(pi/2)) / 2 = .55;
     # step 10 and beyond -> .1
-    assert [cosine_schedule(t, 0, 10, 0.1) for t in (0, 5, 10, 20)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
+    assert [cosine_schedule(t, 0, 10, 0.1) for t in (0, 5, 10, 20)] == pytest.approx(
+        [1.0, 0.55, 0.1, 0.1])
     # warmup 2, total 12: 1/3, 2/3, then 1 at step 2; step 7 is half-way through 10 -> .55
-    assert [cosine_schedule(t, 2, 12, 0.1) for t in (0, 1, 2, 7)] == pytest.approx([1 / 3, 2 / 3, 1.0, 0.55])
+    assert [cosine_schedule(t, 2, 12, 0.1) for t in (0, 1, 2, 7)] == pytest.approx(
+        [1 / 3, 2 / 3, 1.0, 0.55])
 
 
 def test_linear_ratio_hand():
     # total 10: step 5 -> 1 - (1 - .2) * .5 = .6; floor 0: .5 then 0 at 10
     assert linear_ratio(5, 0, 10, 0.2) == pytest.approx(0.6)
-    assert [linear_ratio(t, 0, 10, 0.0) for t in (0, 5, 10, 11)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    assert [linear_ratio(t, 0, 10, 0.0) for t in (0, 5, 10, 11)] == pytest.approx(
+        [1.0, 0.5, 0.0, 0.0])
 
 
 def test_schedule_classes_match_functions():

@@ -110,7 +110,8 @@ def test_a_stage_records_its_training_file_and_the_command_that_makes_it(tmp_pat
     assert (f"Data: `{train}`, 7 samples, sha256 `{want['sha256'][:16]}`, made by\n\n"
             f"       {command}") in _stages([stage])
     # a file shipped with the package is named relative to the package's parent
-    assert data_record(pkg_data("train.jsonl.gz"), 1)["path"] == "rookworld/assets/data/train.jsonl.gz"
+    assert (data_record(pkg_data("train.jsonl.gz"), 1)["path"]
+            == "rookworld/assets/data/train.jsonl.gz")
 
 
 def test_learning_rate_warms_up_then_decays_by_cosine_to_min_lr():

@@ -122,4 +122,5 @@ def test_a_fixed_batch_turns_the_filter_off_and_refuses_it_on(tiny_overrides):
     assert not build_parts(compose(tiny_overrides + ["task_mix=fixed_batch"])).prompt_filter.active
     assert not build_parts(compose(["experiment=overfit_one_batch"])).prompt_filter.active
     with pytest.raises(ConfigError, match="set prompt_filter.oversample=1"):
-        build_parts(compose(tiny_overrides + ["task_mix=fixed_batch", "prompt_filter.oversample=2"]))
+        build_parts(compose(tiny_overrides
+                            + ["task_mix=fixed_batch", "prompt_filter.oversample=2"]))

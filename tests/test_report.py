@@ -36,7 +36,8 @@ def run_dir(tmp_path):
     rows = [_eval_row(-1, 0.1, 2.0), _train_row(0, -0.3), _train_row(1, -0.1),
             _eval_row(1, 0.4, 1.5), _train_row(2, 0.1), _train_row(3, 0.3),
             _eval_row(3, 0.3, 1.0)]
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "rew')
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows)
+                                     + '{"step": 4, "rew')
     (d / "outcome.json").write_text(json.dumps({
         "status": "success", "step": 4, "reason": "", "objective": -0.2,
         "initial_eval": rows[0], "final_eval": rows[-1]}))
@@ -59,7 +60,8 @@ def test_report_markdown_by_hand(run_dir):
     assert "- Logged: 4 training steps, 3 evaluations, median 3.5 s per step" in md
     assert "- Data: train P 10, A 12; held-out P 3, A 4, evaluated on at most 500 per task" in md
     assert "| `kl` | `adaptive` |" in md and "| `steps` | `4` |" in md
-    assert "| `kl._target_` | `rookworld.kl_schedule.FixedKL` | `rookworld.kl_schedule.AdaptiveKL` |" in md
+    assert ("| `kl._target_` | `rookworld.kl_schedule.FixedKL` "
+            "| `rookworld.kl_schedule.AdaptiveKL` |") in md
     # before -1, after 3, best over -1, 1, 3; eval_error is lower-better
     assert "| eval/P/best | 0.100 | 0.300 | +0.200 | 0.400 (1) |" in md
     assert "| eval/P/eval_error | 2.000 | 1.000 | -1.000 | 1.000 (3) |" in md

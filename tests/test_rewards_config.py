@@ -51,7 +51,8 @@ def test_yaml_instantiates_and_scores(name, request):
 
 
 def test_legal_moves_scores_legality_not_the_engine_match():
-    reward = instantiate(OmegaConf.load(CONF / "legal_moves.yaml"), _execution_whitelist_=["rookworld.*"])
+    reward = instantiate(OmegaConf.load(CONF / "legal_moves.yaml"),
+                         _execution_whitelist_=["rookworld.*"])
     graduated = GraduatedReward()
     assert reward(P, P.completion).score == reward(P, PUBLIC_B).score == 1.0  # e8e7: legal
     assert graduated(P, PUBLIC_B).score < graduated(P, P.completion).score == 1.0

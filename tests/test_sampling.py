@@ -39,7 +39,8 @@ def test_padding_prompts_to_a_multiple_leaves_samples_unchanged(policy, temperat
     tokens with the same log-probs, and the batch is as wide as the setting says."""
     ps, out = prompts(policy) * 2, {}
     for multiple in (1, 8, 16):
-        s = SamplingSettings(temperature=temperature, max_new_tokens=12, pad_to_multiple_of=multiple)
+        s = SamplingSettings(temperature=temperature, max_new_tokens=12,
+                             pad_to_multiple_of=multiple)
         out[multiple] = sample(policy.model, ps, s, policy.eos_id, torch.Generator().manual_seed(4))
         assert out[multiple].prompt_ids.shape[1] % multiple == 0
     longest = max(len(p) for p in ps)

@@ -194,7 +194,8 @@ def test_a_hydra_callback_outside_the_whitelist_is_refused(tmp_path):
     marker = tmp_path / "pwned"
     out = subprocess.run(
         [sys.executable, "-m", "rookworld.train", "model=tiny_random", "dry_run=true",
-         "+hydra.callbacks.evil._target_=os.system", f"+hydra.callbacks.evil.command=touch {marker}",
+         "+hydra.callbacks.evil._target_=os.system",
+         f"+hydra.callbacks.evil.command=touch {marker}",
          f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and not marker.exists()

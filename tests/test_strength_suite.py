@@ -74,7 +74,8 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
         assert len(values[f"eval/strength/puzzles_first{mode}"]) == 6
         assert len(values[f"eval/strength/random_score{mode}"]) == 2
     # the mask takes illegal B: moves out (an answer without a B: field stays unparseable)
-    assert metrics["eval/strength/puzzles_illegal_masked"] <= metrics["eval/strength/puzzles_illegal"]
+    assert (metrics["eval/strength/puzzles_illegal_masked"]
+            <= metrics["eval/strength/puzzles_illegal"])
     assert "## free" in text and "## mask" in text and "Wilson" in text
     d = tmp_path / "shipped"
     assert {p.name for p in d.iterdir()} >= {

@@ -46,7 +46,8 @@ def test_search_space_spans_lr_beta_entropy_and_group_size():
     assert sw.sampler._target_ == "rookworld.sweeps.callbacks.continuing_tpe"
     assert sw.sampler.seed is not None and sw.max_failure_rate == 1.0
     assert sw.custom_search_space == "rookworld.sweeps.trial.tag"
-    assert cfg.sweep.objective == "eval/reward" and cfg.kl._target_ == "rookworld.kl_schedule.FixedKL"
+    assert cfg.sweep.objective == "eval/reward"
+    assert cfg.kl._target_ == "rookworld.kl_schedule.FixedKL"
     dists, fixed, _ = create_params_from_overrides([f"{k}={v}" for k, v in sw.params.items()])
     assert not fixed
     lr = dists["optim.lr"]
@@ -235,7 +236,8 @@ def test_report_from_storage_url_and_study_name(tmp_path):
     url = _hand_made_study(tmp_path)
     out = tmp_path / "elsewhere"
     text = report.main(["--storage", url, "--study", "hand", "--out", str(out)])
-    assert (out / "report.md").exists() and (out / "kl.png").exists() and "# Sweep report: hand" in text
+    assert (out / "report.md").exists() and (out / "kl.png").exists()
+    assert "# Sweep report: hand" in text
 
 
 # ---- a rerun and the trials a study holds ------------------------------------------------

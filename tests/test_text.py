@@ -61,7 +61,8 @@ def test_every_link_and_cited_path_exists():
 def test_the_checks_catch_what_they_look_for(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     md = tmp_path / "a.md"
-    md.write_text("As of " + "sess" + "ion 12 (" + "iss" + "ue 7): see [x](missing.md), [ok](a.md), "
+    md.write_text("As of " + "sess" + "ion 12 (" + "iss"
+                  + "ue 7): see [x](missing.md), [ok](a.md), "
                   "[web](https://example.org) and docs/none.md\n")
     assert len(diary_lines(md)) == 1
     assert dead_references(md) == ["a.md: link missing.md", "a.md: path docs/none.md"]

@@ -154,7 +154,8 @@ def test_cli_help_and_cfg_job(tmp_path):
     out = _cli(["--cfg", "job", "kl=warmup_fixed"], cwd=tmp_path)
     assert out.returncode == 0
     cfg = yaml.safe_load(out.stdout)
-    assert cfg["kl"]["_target_"] == "rookworld.kl_schedule.WarmupFixedKL" and cfg["num_generations"] >= 2
+    assert cfg["kl"]["_target_"] == "rookworld.kl_schedule.WarmupFixedKL"
+    assert cfg["num_generations"] >= 2
 
 
 def test_cli_bad_value_exits_nonzero_naming_the_key(tmp_path):

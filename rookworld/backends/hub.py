@@ -95,8 +95,8 @@ def preflight(path: str | None, local_files_only: bool = False, revision: str | 
         index = json.loads(one_file(INDEX).read_text())
     except EntryNotFoundError:
         index = None
-    names = None if index is not None else ({SINGLE} if _hub_has(path, SINGLE, revision, local_files_only)
-                                else set())
+    names = None if index is not None else (
+        {SINGLE} if _hub_has(path, SINGLE, revision, local_files_only) else set())
     check_weights(names, index, f"model.path={path}")
     if not fetch:
         return None

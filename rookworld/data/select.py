@@ -53,7 +53,8 @@ def policy_samples(positions: list[Position], labels: dict, seed: int) -> list:
         if not a.moves:
             continue
         order = list(range(len(a.moves)))
-        random.Random(f"{seed}:{p.fen}").shuffle(order)  # docs/formats.md: the order carries no rank
+        # docs/formats.md: the order carries no rank
+        random.Random(f"{seed}:{p.fen}").shuffle(order)
         out.append(policy_sample(p.fen, [a.moves[i] for i in order], [a.evals[i] for i in order],
                                  source=a.label, meta={"phase": p.phase, "game": p.game,
                                                        "ply": p.ply}))

@@ -1,4 +1,5 @@
-"""The `reward` config group: one module per reward family (docs/formats.md, "What the rewards measure").
+"""The `reward` config group: one module per reward family \
+(docs/formats.md, "What the rewards measure").
 
     reward=binary      binary.BinaryReward          +1 fully right, -1 otherwise
     reward=graduated   graduated.GraduatedReward    partial-credit ladder
