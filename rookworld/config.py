@@ -6,16 +6,57 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from hydra.utils import instantiate as _instantiate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from .engine_settings import EngineSettings, check_backend
 from .errors import ConfigError
 from .files import is_hub_id
 
 PACKAGE_DIR = Path(__file__).parent
+
+
+@dataclass
+class TrainConfig(EngineSettings):
+    """The schema of conf/train.yaml (Hydra's ConfigStore name `train_schema`, first in its
+    defaults): the engine's keys (`EngineSettings`, `ReferenceSettings`) and the run's,
+    typed, so that Hydra rejects a value of the wrong type as it composes, naming the key.
+    The yaml holds the values and a comment per key; range checks live in the settings
+    classes (`EngineSettings.__post_init__`, run by `validate`) and in `validate` for the
+    run's keys. Groups and nodes that build an object (`_target_`) are typed by that
+    object's signature instead (`check_targets`)."""
+
+    prompts_per_step: int = 16
+    batch_size: int | None = None
+    cpu_matmul: str = "auto"
+    dry_run: bool = False
+    resume: str | None = None
+    eval_every: int = 0
+    checkpoint_every: int = 50
+    examples_to_log: int = 4
+    eval_train_batch: bool = False
+    model: Any = MISSING
+    data: Any = MISSING
+    reward: Any = MISSING
+    algorithm: Any = MISSING
+    kl: Any = MISSING
+    optim: Any = MISSING
+    sampler: Any = MISSING
+    task_mix: Any = MISSING
+    logger: Any = None
+    strength: Any = None
+    anchor: Any = None
+    prompt_filter: Any = None
+    guard: Any = None
+    sweep: Any = None
+
+
+ConfigStore.instance().store(name="train_schema", node=TrainConfig)
 # instantiate() may only build the project's own callables (Hydra 1.4 execution whitelist).
 WHITELIST = ["rookworld.*"]
 

@@ -40,13 +40,15 @@ class GRPOEngine:
     `distributed.DistContext` under torchrun (None: one process): each rank samples its
     share of the prompts and DistributedDataParallel averages gradients; anchor: an
     `anchor.Anchor` whose cross-entropy on ground-truth samples (`Batch.anchor`) each update
-    adds (PPO-ptx), or None.
+    adds (PPO-ptx), or None; nan_lr_backoff: the learning-rate factor after an update skipped
+    for non-finite loss or gradients (guard.nan.lr_backoff).
     """
 
     def __init__(self, policy, reward, algorithm: grpo.Algorithm, settings: EngineSettings, *,
                  kl, optim, sampling: dict[str, SamplingSettings],
-                 dist: DistContext | None = None, anchor=None):
+                 dist: DistContext | None = None, anchor=None, nan_lr_backoff: float = 0.5):
         s = self.settings = settings
+        self.nan_lr_backoff = nan_lr_backoff
         self.policy, self.reward, self.algorithm, self.kl = policy, reward, algorithm, kl
         self.sampling, self.G, self.dist = sampling, s.num_generations, dist
         self._token_lengths = {}  # credit.token_ends' cache
@@ -300,7 +302,7 @@ class GRPOEngine:
                 grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
                 if not (math.isfinite(total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
-                    scale_lr(self.scheduler, self.settings.nan_lr_backoff)
+                    scale_lr(self.scheduler, self.nan_lr_backoff)
                     skipped = 1
                     break
                 self.optimizer.step()

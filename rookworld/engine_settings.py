@@ -1,5 +1,8 @@
 """The GRPO engine's settings as typed objects with their checks (`EngineSettings`,
-`ReferenceSettings`), and the backend choice's check that needs no model yet."""
+`ReferenceSettings`), and the backend choice's check that needs no model yet.
+
+Their fields are the train config's own keys: `config.TrainConfig` extends EngineSettings
+with the run's keys and is the schema Hydra composes conf/train.yaml into."""
 
 from __future__ import annotations
 
@@ -56,12 +59,9 @@ def _int_at_least(key: str, value, low: int, auto: bool = False) -> None:
                          f"got {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ReferenceSettings:
-    """The `reference` node: enabled keeps a frozen reference (KL schedules with beta > 0
-    and the KL guard need it); every sync_every steps (0 = never)
-    ref <- sync_alpha * policy + (1 - sync_alpha) * ref; device: where it runs (None: with
-    the policy)."""
+    """The `reference` node of conf/train.yaml: the frozen reference model."""
 
     enabled: bool = True
     sync_every: int = 0
@@ -79,22 +79,11 @@ class ReferenceSettings:
             _check_device("reference.device", self.device)
 
 
-@dataclass(frozen=True)
+@dataclass
 class EngineSettings:
-    """Every choice of the engine that is not an injected object; the fields carry the
-    names of conf/train.yaml's keys, whose comments say what each does.
-
-    num_generations: G, completions per prompt; steps: the learning-rate schedule's
-    length; zero_variance: keep | drop groups whose rewards are all equal; micro_batch:
-    rows per update chunk (auto: sized by micro_batch_tokens, `batch.micro_batch_rows`;
-    0: all at once); micro_batch_tokens: auto | tokens per chunk (`micro_batch_tokens()`);
-    seed: the sampling generators'; device: where the model runs (DDP: the rank's);
-    release_memory, mmap_threshold_kib: heap pages handed back to the OS
-    (`runtime.choose_allocator` resolves auto); recompute_activations, rollout_tape_mib:
-    fast_gpt2's update memory (`fast_gpt2.tape.Tape`); backend: auto | fast_gpt2 | hf; autocast:
-    auto | bf16 | off; reference: `ReferenceSettings`; nan_lr_backoff: learning-rate factor
-    after an update skipped for non-finite values (guard.nan.lr_backoff, checked by
-    `guards.NaNGuard`)."""
+    """Every choice of the engine that is not an injected object. The fields are
+    conf/train.yaml's keys, and its comments say what each does; the defaults are its
+    values (tests/test_engine.py checks that they agree)."""
 
     num_generations: int = 8
     steps: int = 45
@@ -104,13 +93,12 @@ class EngineSettings:
     seed: int = 0
     device: str = "cpu"
     release_memory: bool = False
-    mmap_threshold_kib: int | str = 0
+    mmap_threshold_kib: int | str = "auto"
     recompute_activations: bool = False
     rollout_tape_mib: int = 256
     backend: str = "auto"
     autocast: str = "auto"
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
-    nan_lr_backoff: float = 0.5
 
     def __post_init__(self):
         _int_at_least("num_generations", self.num_generations, 2)
@@ -131,9 +119,7 @@ class EngineSettings:
     @classmethod
     def from_config(cls, cfg) -> EngineSettings:
         """The settings a composed train config (`conf/train.yaml`) names."""
-        top = {f.name: cfg[f.name] for f in fields(cls)
-               if f.name not in ("reference", "nan_lr_backoff")}
         ref = cfg.reference
-        return cls(**top, nan_lr_backoff=cfg.guard.nan.lr_backoff,
+        return cls(**{f.name: cfg[f.name] for f in fields(cls) if f.name != "reference"},
                    reference=ReferenceSettings(ref.enabled, ref.sync_every, ref.sync_alpha,
-                                               ref.get("device")))
+                                               ref.device))

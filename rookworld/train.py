@@ -129,7 +129,8 @@ def build_engine(cfg: DictConfig, p: Parts, reward, dist: DistContext | None = N
                  ) -> GRPOEngine:
     """The engine a composed config names (dist: the torchrun context; None: one process)."""
     return GRPOEngine(instantiate(cfg.model), reward, p.algorithm, p.settings, kl=p.kl,
-                      optim=p.optim, sampling=p.sampling, dist=dist, anchor=p.anchor)
+                      optim=p.optim, sampling=p.sampling, dist=dist, anchor=p.anchor,
+                      nan_lr_backoff=p.nan_guard.lr_backoff)
 
 
 def _log(loggers, metrics_file: MetricsFile | None, row: dict, step: int) -> None:

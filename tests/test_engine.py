@@ -366,14 +366,13 @@ def test_auto_micro_batch_tokens_follow_model_size():
             micro_batch_tokens(bad, 3_300_000)
 
 
-def test_engine_settings_are_frozen_and_checked():
-    import dataclasses
+def test_engine_settings_are_checked_and_default_to_the_yaml_values():
+    from rookworld.engine_settings import EngineSettings, ReferenceSettings
 
-    from rookworld.engine_settings import EngineSettings
-
-    s = EngineSettings(num_generations=2, steps=3)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        s.seed = 1
     for bad in ({"micro_batch": -1}, {"micro_batch": "all"}, {"micro_batch_tokens": 0}):
         with pytest.raises(ValueError, match="micro_batch"):
             EngineSettings(num_generations=2, steps=3, **bad)
+    with pytest.raises(ValueError, match="reference.sync_alpha"):
+        ReferenceSettings(sync_alpha=0)
+    # the Python defaults (docs/python_api.md) are conf/train.yaml's
+    assert EngineSettings.from_config(compose([])) == EngineSettings()
