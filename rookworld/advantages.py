@@ -14,6 +14,8 @@ import math
 import torch
 from torch import Tensor
 
+from .grpo import normalise_groups
+
 NORMALIZE = ("none", "ema")
 BASELINES = ("group", "batch", "ema", "adaptive")
 SCALES = ("group", "batch", "running", "none")
@@ -153,12 +155,14 @@ class RunningAdvantage:
             self.last[f"adv/running_mean/{k}"] = self.base_stats.mean[k]
             self.last[f"adv/running_std/{k}"] = self.base_stats.std(k)
         self.last["adv/baseline_mean"] = float(base.mean())
-        adv = x - base
-        if self.scale == "group":
-            adv = adv / g.std(1, keepdim=True).expand_as(g).reshape(-1).clamp_min(self.min_std)
-        elif self.scale == "batch":
-            adv = adv / x.std().clamp_min(self.min_std)
-        elif self.scale == "running":
+        if self.baseline == "group":  # the group mean, and the group's or batch's std
+            adv = normalise_groups(g, "none" if self.scale == "running" else self.scale,
+                                   self.min_std, shift=False)
+        else:
+            adv = x - base
+            if self.scale == "batch":
+                adv = adv / x.std().clamp_min(self.min_std)
+        if self.scale == "running":
             for k, idx in groups.items():
                 adv[idx] = adv[idx] / max(self.base_stats.std(k), self.min_std)
         if self.clip is not None:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .chess_tasks.policy import field_starts
+from .grpo import normalise_groups
 from .rewards.parts import legal_moves
 
 
@@ -76,10 +77,8 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
             for slot, a, b, move in move_spans(texts[i]):
                 slots.setdefault(slot, []).append((i, a, b, float(move in legal)))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
-            x = torch.tensor([r[3] for r in rows])
-            std = x.std()  # unbiased, as the sequence advantages' (grpo.group_advantages)
-            adv = (torch.zeros_like(x) if float(std) == 0
-                   else (x - x.mean()) / std.clamp_min(min_std))
+            values = torch.tensor([[r[3] for r in rows]])
+            adv = normalise_groups(values, "group", min_std, shift=False)
             for (i, a, b, _), v in zip(rows, adv.tolist()):
                 # the tokens that hold characters a .. b-1
                 out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v

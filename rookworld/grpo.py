@@ -194,28 +194,34 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     return rewards.double().view(-1, group_size)
 
 
-def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
-                     min_std: float = 1e-6, clip: float | None = None) -> Tensor:
-    """rewards [N] (groups of group_size contiguous) -> advantages [N] float32.
-
-    Reward minus its group's mean, then divided by
+def normalise_groups(r: Tensor, scale: str = "group", min_std: float = 1e-6,
+                     shift: bool = True) -> Tensor:
+    """The group normaliser: values r [groups, G] -> [groups * G] in r's dtype, each value
+    minus its group's mean, then divided by
       "group": the group's std (unbiased, as TRL and verl), floored at min_std (GRPO);
-      "batch": the std of all N rewards, floored at min_std (group mean, batch std);
+      "batch": the std of all values, floored at min_std (group mean, batch std);
       "none":  nothing (Dr. GRPO: std scaling over-weights near-uniform groups).
-    Finally clamped to [-clip, clip] when clip is given.
-    Each group is shifted by its first reward before the mean is taken, so a group whose
-    rewards are all equal gets advantages of exactly 0 (no rounding residue to amplify).
-    """
-    r = _grouped(rewards, group_size)
-    centered = r - r[:, :1]
+    shift: subtract each group's first value before the mean is taken, so a group whose
+    values are all equal gets exactly 0 whatever the rounding (0/1 values tie exactly
+    without it). GRPO's group advantages, move credit (`credit.move_advantages`) and the
+    running advantages' group baseline (`advantages.RunningAdvantage`) all call this."""
+    centered = r - r[:, :1] if shift else r
     adv = centered - centered.mean(dim=1, keepdim=True)
     if scale == "group":
         adv = adv / centered.std(dim=1, keepdim=True).clamp_min(min_std)
     elif scale == "batch":
-        adv = adv / rewards.double().std().clamp_min(min_std)
+        adv = adv / r.reshape(-1).std().clamp_min(min_std)
     elif scale != "none":
         raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
-    adv = adv.reshape(-1)
+    return adv.reshape(-1)
+
+
+def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
+                     min_std: float = 1e-6, clip: float | None = None) -> Tensor:
+    """rewards [N] (groups of group_size contiguous) -> advantages [N] float32:
+    `normalise_groups` in float64 with the tie shift, then clamped to [-clip, clip] when
+    clip is given."""
+    adv = normalise_groups(_grouped(rewards, group_size), scale, min_std)
     if clip is not None:
         adv = adv.clamp(-clip, clip)
     return adv.float()
