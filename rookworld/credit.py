@@ -85,12 +85,19 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
     return out
 
 
-def rollout_advantages(seq_adv: Tensor, rows, texts: list[str], rollout, group: int, tokenizer,
-                       lengths: dict[int, int]) -> Tensor:
-    """The engine's call: a rollout's [N] sequence advantages -> [N, T] with move credit
-    (rows: its samples, one per completion; lengths: `token_ends`' cache), on its device."""
-    fens = [s.truth.fen if s.task == "P" else None for s in rows]
-    ends = [token_ends(tokenizer, ids[:int(n)], lengths) if fen else [] for ids, n, fen in zip(
-        rollout.completion_ids.tolist(), rollout.completion_mask.sum(-1).tolist(), fens)]
-    return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
-                           rollout.completion_ids.shape[1]).to(seq_adv.device)
+class MoveCredit:
+    """Move credit for the rollouts of one tokenizer (`algorithm.credit=moves`); it keeps
+    each token's decoded length (`token_ends`' cache) across steps."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.lengths = tokenizer, {}
+
+    def __call__(self, seq_adv: Tensor, rows, texts: list[str], rollout, group: int) -> Tensor:
+        """A rollout's [N] sequence advantages -> [N, T] with move credit, on their device
+        (rows: its samples, one per completion; texts: the decoded completions)."""
+        fens = [s.truth.fen if s.task == "P" else None for s in rows]
+        ends = [token_ends(self.tokenizer, ids[:int(n)], self.lengths) if fen else []
+                for ids, n, fen in zip(rollout.completion_ids.tolist(),
+                                       rollout.completion_mask.sum(-1).tolist(), fens)]
+        return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
+                               rollout.completion_ids.shape[1]).to(seq_adv.device)

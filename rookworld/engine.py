@@ -51,7 +51,8 @@ class GRPOEngine:
         self.nan_lr_backoff = nan_lr_backoff
         self.policy, self.reward, self.algorithm, self.kl = policy, reward, algorithm, kl
         self.sampling, self.G, self.dist = sampling, s.num_generations, dist
-        self._token_lengths = {}  # credit.token_ends' cache
+        self.move_credit = credit.MoveCredit(policy.tokenizer) \
+            if algorithm.credit == "moves" else None
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference.device) if s.reference.device else self.device
         n_params = sum(q.numel() for q in policy.model.parameters())
@@ -124,8 +125,7 @@ class GRPOEngine:
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
-        loss_adv = adv if self.algorithm.credit != "moves" else credit.rollout_advantages(
-            adv, rows, texts, r, self.G, self.policy.tokenizer, self._token_lengths)
+        loss_adv = self.move_credit(adv, rows, texts, r, self.G) if self.move_credit else adv
         loss_mask = r.completion_mask.float()
         if self.settings.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(

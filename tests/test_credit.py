@@ -110,6 +110,6 @@ def test_the_engine_trains_on_move_credit(tiny_overrides, backend):
     mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])
     r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(2, width),
                 torch.zeros(2, dtype=torch.bool))
-    adv = credit.rollout_advantages(torch.tensor([0.5, -0.5]), rows, texts, r, 2,
-                                    engine.policy.tokenizer, {})
+    adv = credit.MoveCredit(engine.policy.tokenizer)(torch.tensor([0.5, -0.5]), rows, texts,
+                                                     r, 2)
     assert torch.equal(adv, _advantages(texts, [0.5, -0.5]))
