@@ -66,10 +66,9 @@ def cpu_has_native_bf16() -> bool:
 def cpu_bf16_is_faster() -> bool:
     """Whether bf16 products beat float32 on this CPU, by a fixed rule (a timing at start-up
     could choose differently for the same seed under load): AMX-BF16, or AVX512-BF16 on a
-    CPU that is not Intel's: an AMD EPYC with AVX512-BF16 runs bf16 products at over twice
-    float32's rate, an Intel Xeon with AVX512-BF16 and no AMX at about half of it
-    (benchmarks/README.md, section The main job: bf16 products). AMX, Intel's bf16 tile
-    unit, is taken on its design: no host with it has been measured."""
+    CPU that is not Intel's: on AMD's AVX512-BF16 bf16 products beat float32, on Intel's
+    without AMX they lose (benchmarks/README.md, section The main job: bf16 products). AMX,
+    Intel's bf16 tile unit, is taken on its design: no host with it has been measured."""
     flags = set(cpuinfo("flags").split())
     if "amx_bf16" in flags:
         return True
@@ -86,7 +85,7 @@ def products_dtype(setting: str, device) -> torch.dtype | None:
     native = cpu_has_native_bf16()
     if setting == "bf16" and not native:
         # oneDNN and MKL refuse bf16 products on a CPU without AVX-512; torch.matmul
-        # emulates them (a 2048^3 product: 52 s against 0.14 s in float32, AMD EPYC)
+        # emulates them, orders of magnitude slower than float32
         raise ValueError("autocast=bf16 under backend=fast_gpt2 needs a CPU with native bf16 "
                          "(AVX512-BF16 or AMX), which this one lacks: use autocast=auto or off "
                          "(float32 here), or backend=hf")

@@ -141,8 +141,8 @@ def update_mmap_threshold(setting: int | str, n_params: int) -> int:
     """The mmap threshold (KiB) the engine sets for its updates; 0 = leave glibc alone.
 
     With glibc's moving threshold, the update's freed activations and gradients stay
-    resident as heap holes beside the weights, reference and optimiser state, which keeps
-    a GPT-2-small process over half of TRL's peak RSS. 1024 KiB during the update only (the
+    resident as heap holes beside the weights, reference and optimiser state, which raises a
+    GPT-2-small process's peak RSS. 1024 KiB during the update only (the
     rollout at 32 MiB, where glibc's threshold ends up anyway) hands those blocks back,
     at the price of faulting fresh pages in (a cost that varies by host). A small model's
     update pays that price for no saving that matters, so auto is 1024 from

@@ -403,7 +403,7 @@ def main(cfg: DictConfig) -> float:
         fold_into(Path(hc.runtime.output_dir), resumed_dir)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     if multirun and not resumed_dir:  # a sweep job: sweep.replicas seeds, outcomes into the study
-        # imported here: Optuna and SQLAlchemy take 15 MB that a single run does not need
+        # imported here: Optuna and SQLAlchemy take memory that a single run does not need
         from .sweeps.trial import run_trial, study_ref
 
         return run_trial(cfg, run_dir, run, study_ref(hc))

@@ -16,8 +16,9 @@ from ..gpt2 import is_rookworld_gpt2, positions_from_mask
 from ..sampling import Rollout, decode_tokens, left_pad
 from .logprobs import chunked_token_logprobs, logprob_chunk_rows
 
-# hf's `logprob_chunk_rows` budget (256 MiB of logits), not the fast path's: each chunk is
-# also a forward's batch, whose row count picks a GPU's kernels (their speed and rounding)
+# hf's `logprob_chunk_rows` budget (256 MiB of logits), four times the fast path's: each
+# hf chunk is also a whole model forward (the fast path's is only the output layer), and
+# fewer, larger forwards keep a GPU busy
 LOGITS_CHUNK_ELEMENTS = 1 << 26
 
 
