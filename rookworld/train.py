@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from . import precision, runtime
+from .anchor import Anchor
 from .backends.fast_gpt2 import matmul as forward_matmul
 from .config import (
     WHITELIST,
@@ -42,7 +43,10 @@ from .files import atomic_write_text
 from .grpo import Algorithm
 from .guards import KLGuard, NaNGuard, Outcome
 from .held_out import Evaluator, before_after_table, paired_se
+from .kl_schedule import KLSchedule
 from .memory import peak_memory_mb
+from .optim import AdamWSpec
+from .prompt_filter import HardestGreedy
 from .redact import redact, redact_config
 from .resume import finished_outcome, resolve_resume
 from .run_dir import (
@@ -56,9 +60,10 @@ from .run_dir import (
     make_output_dirs,
     save_checkpoint,
 )
-from .sampling import NonFiniteLogits
+from .sampling import NonFiniteLogits, SamplingSettings
 from .strength import StrengthSuite, SuiteSettings, settings_from
 from .strength.puzzles import PuzzleFileError
+from .task_mix import Mixed
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
 RUNTIME_FILE = "runtime.json"  # the process-wide choices of the run (`runtime.describe`)
@@ -70,15 +75,15 @@ class Parts:
 
     settings: EngineSettings
     algorithm: Algorithm
-    kl: object
-    optim: object
-    sampling: dict
-    task_mix: object
-    anchor: object
-    prompt_filter: object
+    kl: KLSchedule
+    optim: AdamWSpec
+    sampling: dict[str, SamplingSettings]
+    task_mix: Mixed
+    anchor: Anchor
+    prompt_filter: HardestGreedy
     kl_guard: KLGuard | None
     nan_guard: NaNGuard
-    strength: SuiteSettings
+    strength: SuiteSettings | None
     loggers: list = field(default_factory=list)
 
 
