@@ -23,11 +23,23 @@ from tqdm import tqdm
 from . import precision, runtime
 from .config import WHITELIST, instantiate
 from .data.load import read_samples
+from .errors import ConfigError
 from .evaluate import measure
 from .files import atomic_write_text, sha256_file
 from .optim import cosine_schedule
-from .policy import save_policy
+from .policy import EMBEDDED_DIR, save_policy
 from .sft import encode, lm_loss, make_batch
+
+
+def check_export_target(export_to: str | None, replace_shipped: bool) -> None:
+    """ConfigError when export_to names the shipped model's directory (`policy.EMBEDDED_DIR`)
+    and replace_shipped is not true: a default run would overwrite the model every command
+    of the project starts from."""
+    if export_to and Path(export_to).expanduser().resolve() == EMBEDDED_DIR.resolve() \
+            and replace_shipped is not True:
+        raise ConfigError(f"export_to={export_to} is the shipped model, which this run would "
+                          "replace; export elsewhere, or pass replace_shipped=true to replace "
+                          "it on purpose")
 
 
 def get_lr(step: int, cfg) -> float:
@@ -148,6 +160,10 @@ def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
 @hydra.main(config_path="../conf", config_name="pretrain",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
+    try:
+        check_export_target(cfg.export_to, cfg.replace_shipped)
+    except ConfigError as e:
+        raise SystemExit(f"rookworld: {e}") from None
     runtime.setup()  # the process-wide choices, before the model
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out_dir).expanduser().resolve()

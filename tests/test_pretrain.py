@@ -120,3 +120,25 @@ def test_learning_rate_warms_up_then_decays_by_cosine_to_min_lr():
     # with p the share of the decay done (0 at step 10, 1/2 at 60, 1 from 110 on)
     want = {0: 1e-4, 4: 5e-4, 9: 1e-3, 10: 1e-3, 60: 5.5e-4, 110: 1e-4, 500: 1e-4}
     assert {s: get_lr(s, cfg) for s in want} == pytest.approx(want)
+
+
+def test_export_to_the_shipped_model_is_refused_unless_asked(tmp_path):
+    from rookworld.errors import ConfigError
+    from rookworld.policy import EMBEDDED_DIR
+    from rookworld.pretrain import check_export_target
+
+    with pytest.raises(ConfigError, match="replace_shipped=true"):
+        check_export_target(str(EMBEDDED_DIR), replace_shipped=False)
+    check_export_target(str(EMBEDDED_DIR), replace_shipped=True)
+    check_export_target(str(tmp_path / "model"), replace_shipped=False)
+    # the command line: refused before anything is read (a missing data file would fail
+    # later, so a broken refusal still could not reach training or the export)
+    before = {p.name: p.stat().st_mtime_ns for p in EMBEDDED_DIR.iterdir()}
+    out = subprocess.run([sys.executable, "-m", "rookworld.pretrain",
+                          "export_to=rookworld/assets/model", f"out_dir={tmp_path / 'run'}",
+                          f"data.train={tmp_path / 'missing.jsonl'}",
+                          f"hydra.run.dir={tmp_path / 'hydra'}"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode != 0 and "replace_shipped=true" in out.stderr, out.stderr[-2000:]
+    assert {p.name: p.stat().st_mtime_ns for p in EMBEDDED_DIR.iterdir()} == before
