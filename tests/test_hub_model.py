@@ -63,6 +63,16 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         load_pretrained(str(tmp_path / "nope"))
 
 
+def test_an_uncached_hub_id_offline_names_the_settings_to_change(tmp_path, monkeypatch):
+    from rookworld.backends.hub import check
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # nothing cached
+    with pytest.raises(FileNotFoundError) as err:
+        check(path="someone/no-such-model", local_files_only=True)
+    message = str(err.value)
+    assert "model.local_files_only" in message and "model.path" in message, message
+
+
 @pytest.mark.slow
 def test_gpt2_small_shape_grpo_step_through_the_config_path(tmp_path, synthetic_data,
                                                              tiny_overrides):

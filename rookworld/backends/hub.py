@@ -90,7 +90,11 @@ def preflight(path: str | None, local_files_only: bool = False, revision: str | 
     def one_file(name: str) -> Path:
         return Path(hf_hub_download(path, name, revision=revision,
                                     local_files_only=local_files_only))
-    check_config(json.loads(one_file("config.json").read_text()), f"model.path={path}")
+    try:
+        config = one_file("config.json")
+    except Exception as e:  # not cached, no network, no such repository or revision
+        raise FileNotFoundError(hub_error(path, local_files_only, e)) from e
+    check_config(json.loads(config.read_text()), f"model.path={path}")
     try:
         index = json.loads(one_file(INDEX).read_text())
     except EntryNotFoundError:
@@ -102,6 +106,18 @@ def preflight(path: str | None, local_files_only: bool = False, revision: str | 
         return None
     return Path(snapshot_download(path, revision=revision, allow_patterns=HUB_FILES,
                                   local_files_only=local_files_only))
+
+
+def hub_error(path: str, local_files_only: bool, error: Exception) -> str:
+    """The message for a hub id whose files could not be had, naming the settings to change."""
+    if local_files_only:
+        return (f"model.path={path}: not in the local hub cache, and model.local_files_only="
+                f"true forbids downloading it; download it once (huggingface-cli download "
+                f"{path}), set model.local_files_only=false, or give a local directory in "
+                "model.path")
+    return (f"model.path={path}: the hub did not give its files ({type(error).__name__}: "
+            f"{error}); check the id and model.revision, or give a local directory in "
+            "model.path (model.local_files_only=true never asks the hub)")
 
 
 def _hub_has(repo: str, name: str, revision: str | None, local_files_only: bool) -> bool:
