@@ -18,7 +18,7 @@ from rookworld.policy import build_random
 from rookworld.sampling import SamplingSettings
 
 X86_AVX2 = platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= set(
-    native._cpu_flags().split())
+    native.cpu_flags().split())
 BUILDS = X86_AVX2 and shutil.which(os.environ.get("CC", "cc")) is not None
 needs_kernel = pytest.mark.skipif(not BUILDS, reason="needs x86-64 with AVX2/FMA and a C compiler")
 

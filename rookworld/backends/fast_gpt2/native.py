@@ -44,7 +44,7 @@ def enabled() -> bool:
     return value in ("1", "true", "on")
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
@@ -62,7 +62,7 @@ def _build(compiler: str) -> Path:
                              timeout=60, check=True).stdout
     texts = [f.name + "\n" + f.read_text() for f in (*SOURCES, CSRC / "simd.h")]
     key = hashlib.sha256("\0".join([*texts, compiler, version, " ".join(FLAGS),
-                                    platform.machine(), _cpu_flags()]).encode()).hexdigest()
+                                    platform.machine(), cpu_flags()]).encode()).hexdigest()
     root = Path(os.environ.get("ROOKWORLD_NATIVE_DIR")
                 or Path.home() / ".cache" / "rookworld" / "native")
     out = root / f"kernels-{key[:16]}.so"
