@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("cpu_matmul")  # each CPU matrix library (c
     ("BLAS", "AuthenticAMD", "blas"), ("onednn", "GenuineIntel", "onednn"),
     ("mkl", "AuthenticAMD", "mkl")])
 def test_cpu_matmul_choice_is_fixed_per_machine(monkeypatch, value, vendor, want):
-    monkeypatch.setattr(matmul, "_cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(matmul, "cpu_vendor", lambda: vendor)
     assert matmul.resolve_cpu_matmul(value) == (want if matmul.ONEDNN else "blas")
 
 

@@ -47,7 +47,7 @@ def _dnn(x: Tensor, w_out_in: Tensor, b: Tensor | None, gelu: bool = False) -> T
     return _high(y, x)
 
 
-def _cpu_vendor() -> str:
+def cpu_vendor() -> str:
     return cpuinfo("vendor_id")
 
 
@@ -70,7 +70,7 @@ def resolve_cpu_matmul(choice: str) -> str:
     if not ONEDNN:
         return "blas"
     if choice == "auto":
-        return "blas" if _cpu_vendor() == "GenuineIntel" else "mkl"
+        return "blas" if cpu_vendor() == "GenuineIntel" else "mkl"
     return choice
 
 
