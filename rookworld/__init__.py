@@ -10,7 +10,7 @@ is listed; a subpackage's name covers its modules):
     config: config
     data and rewards: data, task_mix, rewards
     backend: backends, policy
-    engine: engine, batch, credit, anchor, prompt_filter, held_out, runtime, strength
+    engine: engine, batch, credit, anchor, prompt_filter, held_out, runtime, strength, episodes
     tracking: run_dir, loggers, report, diff, resume, model_card, sweeps
     entry points: train, pretrain, evaluate
 

@@ -143,6 +143,9 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"num_generations={cfg.num_generations} must divide "
                               f"batch_size={bs}; pick a divisor or set batch_size=null")
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # torchrun's process count
+    if world > 1 and cfg.task_mix.get("_target_") == "rookworld.episodes.Games":
+        raise ConfigError("task_mix=games runs in one process: its episodes are not split "
+                          "over torchrun's ranks; run it without torchrun")
     if world > 1 and prompts_per_step(cfg) % world:
         raise ConfigError(f"{prompts_per_step(cfg)} prompts per step do not split over "
                           f"{world} ranks (torchrun); make prompts_per_step a multiple of "

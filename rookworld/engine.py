@@ -104,6 +104,38 @@ class GRPOEngine:
             temps[idx] = settings.temperature or 1.0
         return merge_rollouts(parts, len(rows), self.policy.eos_id), temps
 
+    def sample_prompts(self, prompts: list[str], task: str, step: int, salt: int) -> Rollout:
+        """One completion per prompt under the task's sampling settings, without the rollout
+        tape (episodes gather a batch over many such calls); salt: distinct per call."""
+        with precision.autocast(self.amp, self.device):
+            return self.backend.sample(
+                self.model, [self.policy.encode_prompt(p) for p in prompts], self.sampling[task],
+                self.policy.eos_id, self._generator(step, 1000 + salt), tape_budget=0)
+
+    def batch_of(self, rows: list[Sample], parts: list[tuple[list[int], Rollout]],
+                 texts: list[str], rewards: Tensor, advantages: Tensor, metrics: dict) -> Batch:
+        """The Batch of rows sampled in parts ((row indices, rollout) each) with their
+        rewards and advantages [N] given (episodes): merged, the reference's log-probs
+        taken, every completion token in the loss."""
+        t0 = time.perf_counter()
+        r = merge_rollouts(parts, len(rows), self.policy.eos_id)
+        temps = torch.tensor([self.sampling[s.task].temperature or 1.0 for s in rows],
+                             device=self.device)
+        if self.amp is not None:  # as in rollout: the update's pass, ratio 1
+            r.logprobs = self.logprobs(self.model, r, temps)
+        ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
+        loss_mask = r.completion_mask.float()
+        lengths = r.completion_mask.sum(-1).float()
+        m = {"reward/mean": float(rewards.mean()), "adv/abs_mean": float(advantages.abs().mean()),
+             "sample/tokens": float(lengths.sum()), "sample/len_mean": float(lengths.mean()),
+             "time/ref_s": time.perf_counter() - t0, **metrics}
+        for task in sorted({s.task for s in rows}):
+            m[f"reward/{task}/mean"] = float(rewards[[s.task == task for s in rows]].mean())
+        if self.settings.release_memory:
+            release_freed_memory()
+        return Batch([], r, texts, temps, rewards, advantages.to(self.device), loss_mask,
+                     ref_lp, m, float(loss_mask.sum()), len(rows))
+
     def score(self, rows: list[Sample], texts: list[str], step: int):
         reward = self.reward.at(step)
         scored = [reward(s, t) for s, t in zip(rows, texts)]

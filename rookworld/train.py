@@ -39,6 +39,7 @@ from .distributed import DistContext
 from .distributed import init as init_distributed
 from .engine import GRPOEngine
 from .engine_settings import EngineSettings
+from .episodes import Games, play
 from .files import atomic_write_text
 from .grpo import Algorithm
 from .guards import KLGuard, NaNGuard, Outcome
@@ -78,7 +79,7 @@ class Parts:
     kl: KLSchedule
     optim: AdamWSpec
     sampling: dict[str, SamplingSettings]
-    task_mix: Mixed
+    task_mix: Mixed | Games
     anchor: Anchor
     prompt_filter: HardestGreedy
     kl_guard: KLGuard | None
@@ -215,18 +216,25 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
     last_eval, n_prompts = first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
-        samples = p.task_mix.draw(pools, p.prompt_filter.drawn(n_prompts), step, cfg.seed)
+        games = isinstance(p.task_mix, Games)  # episodes: whole games from start positions
+        samples = [] if games else p.task_mix.draw(pools, p.prompt_filter.drawn(n_prompts),
+                                                   step, cfg.seed)
         with forward_matmul.low_precision(engine.products):  # fast_gpt2's bf16, if any
             try:
-                samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
-                batch = engine.rollout(samples, step)
+                if games:
+                    filtered = {}
+                    batch = play(engine, p.task_mix.starts(pools, step, cfg.seed), step,
+                                 p.task_mix)
+                else:
+                    samples, filtered = p.prompt_filter.select(engine, samples, n_prompts, step)
+                    batch = engine.rollout(samples, step)
             except NonFiniteLogits as e:  # the last update blew the weights up
                 return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
                                 "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
             if p.anchor.active:
                 batch.anchor = p.anchor.draw(pools, step, cfg.seed)
             m = batch.metrics | filtered | engine.update(batch, step)
-        if cfg.eval_train_batch and main:
+        if cfg.eval_train_batch and main and samples:
             m |= Evaluator(samples, p.sampling, prefix="train_batch")(
                 engine.policy, engine.reward.at(step))[0]
         m["time/step_s"] = time.perf_counter() - t0

@@ -214,7 +214,7 @@ class GameRecord:
         return len(self.moves)
 
 
-def _over(board: chess.Board) -> tuple[str, str] | None:
+def game_over(board: chess.Board) -> tuple[str, str] | None:
     """(result, termination) once the game is over on the board: a draw by repetition or
     the 50-move rule only once it has happened (python-chess's claim_draw also ends a
     game where the side to move merely could repeat)."""
@@ -251,7 +251,7 @@ def play_games(openings: Sequence[Opening], colours: Sequence[chess.Color | None
             progress(1)
 
     for i in list(active):
-        if (ended := _over(boards[i])) is not None:
+        if (ended := game_over(boards[i])) is not None:
             finish(i, *ended)
     while active:
         mine = sorted(i for i in active if records[i].model_color in (None, boards[i].turn))
@@ -288,7 +288,7 @@ def _push(board: chess.Board, rec: GameRecord, move: chess.Move, max_plies: int,
           i: int) -> None:
     board.push(move)
     rec.moves.append(move.uci())
-    if (ended := _over(board)) is not None:
+    if (ended := game_over(board)) is not None:
         finish(i, *ended)
     elif len(rec.moves) >= max_plies:
         finish(i, "1/2-1/2", PLY_LIMIT)
