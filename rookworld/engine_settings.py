@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from .errors import check_int
 from .precision import check_choice as check_autocast
 
 BACKENDS = ("auto", "fast_gpt2", "hf")
@@ -51,14 +52,6 @@ def _check_device(key: str, device) -> None:
         raise ValueError(f"{key} must be cpu, cuda or cuda:N, got {device!r}")
 
 
-def _int_at_least(key: str, value, low: int, auto: bool = False) -> None:
-    if auto and value == "auto":
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{key} must be {'auto or ' if auto else ''}an integer >= {low}, "
-                         f"got {value!r}")
-
-
 @dataclass
 class ReferenceSettings:
     """The `reference` node of conf/train.yaml: the frozen reference model."""
@@ -71,7 +64,7 @@ class ReferenceSettings:
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
             raise ValueError(f"reference.enabled must be true or false, got {self.enabled!r}")
-        _int_at_least("reference.sync_every", self.sync_every, 0)
+        check_int("reference.sync_every", self.sync_every, 0)
         a = self.sync_alpha
         if isinstance(a, bool) or not isinstance(a, int | float) or not 0 < a <= 1:
             raise ValueError(f"reference.sync_alpha must be in (0, 1], got {a!r}")
@@ -101,13 +94,13 @@ class EngineSettings:
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
 
     def __post_init__(self):
-        _int_at_least("num_generations", self.num_generations, 2)
-        _int_at_least("steps", self.steps, 1)
-        _int_at_least("seed", self.seed, 0)
-        _int_at_least("micro_batch", self.micro_batch, 0, auto=True)
-        _int_at_least("micro_batch_tokens", self.micro_batch_tokens, 1, auto=True)
-        _int_at_least("mmap_threshold_kib", self.mmap_threshold_kib, 0, auto=True)
-        _int_at_least("rollout_tape_mib", self.rollout_tape_mib, 0)
+        check_int("num_generations", self.num_generations, 2)
+        check_int("steps", self.steps, 1)
+        check_int("seed", self.seed, 0)
+        check_int("micro_batch", self.micro_batch, 0, auto=True)
+        check_int("micro_batch_tokens", self.micro_batch_tokens, 1, auto=True)
+        check_int("mmap_threshold_kib", self.mmap_threshold_kib, 0, auto=True)
+        check_int("rollout_tape_mib", self.rollout_tape_mib, 0)
         for key in ("release_memory", "recompute_activations"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from .batch import Batch
 from .chess_tasks import PolicyTruth, Sample, env_sample, parse_policy, policy_prompt
+from .errors import check_int
 from .grpo import normalise_groups
 from .strength.games import RandomMover, game_over
 
@@ -55,10 +56,8 @@ class Games:
     min_std: float = 1e-4
 
     def __post_init__(self):
-        for key, low in (("starts_per_step", 1), ("max_plies", 1)):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"task_mix.{key} must be an integer >= {low}, got {v!r}")
+        check_int("task_mix.starts_per_step", self.starts_per_step, 1)
+        check_int("task_mix.max_plies", self.max_plies, 1)
         if self.opponent not in OPPONENTS:
             raise ValueError(f"task_mix.opponent must be one of {OPPONENTS}, got "
                              f"{self.opponent!r}")

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .errors import check_int
+
 # |log ratio| above this is clamped before exp, as verl does: exp(20) ~ 4.9e8 is
 # finite in float32, so an exploding ratio shows in `ratio_max` instead of
 # turning gradients into inf * 0 = NaN.
@@ -385,9 +387,7 @@ class Algorithm:
     credit: str = "sequence"
 
     def __post_init__(self):
-        ni = self.num_iterations
-        if isinstance(ni, bool) or not isinstance(ni, int) or ni < 1:
-            raise ValueError(f"algorithm.num_iterations must be an integer >= 1, got {ni!r}")
+        check_int("algorithm.num_iterations", self.num_iterations, 1)
         if self.kl_estimator not in KL_ESTIMATOR_NAMES:
             raise ValueError(f"algorithm.kl_estimator must be one of "
                              f"{', '.join(KL_ESTIMATOR_NAMES)}, got {self.kl_estimator!r}")
