@@ -115,4 +115,4 @@ class EngineSettings:
         ref = cfg.reference
         return cls(**{f.name: cfg[f.name] for f in fields(cls) if f.name != "reference"},
                    reference=ReferenceSettings(ref.enabled, ref.sync_every, ref.sync_alpha,
-                                               ref.device))
+                                               ref.get("device")))  # runs saved before it: none

@@ -214,7 +214,7 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_value(tiny_overri
     # a node of another class keeps its own keys: no warmup_steps in the run's adaptive KL
     assert resumed.kl._target_ == cfg.kl._target_ and "warmup_steps" not in resumed.kl
     out = capsys.readouterr().out
-    assert "predates setting(s) anchor, prompt_filter, optim.eps;" in out
+    assert "predates setting(s) optim.eps, anchor, prompt_filter;" in out
     assert "but prompt_filter.oversample=1.0: what the run did before they existed" in out
     from rookworld.config import instantiate
     build_engine(resumed, build_parts(resumed), instantiate(resumed.reward))  # builds as before
