@@ -41,7 +41,8 @@ class GRPOEngine:
     share of the prompts and DistributedDataParallel averages gradients; anchor: an
     `anchor.Anchor` whose cross-entropy on ground-truth samples (`Batch.anchor`) each update
     adds (PPO-ptx), or None; nan_lr_backoff: the learning-rate factor after an update skipped
-    for non-finite loss or gradients (guard.nan.lr_backoff).
+    for non-finite loss or gradients (guard.nan.lr_backoff). Building an engine makes the
+    process-wide allocator choice for the model's size (`runtime.choose_allocator`).
     """
 
     def __init__(self, policy, reward, algorithm: grpo.Algorithm, settings: EngineSettings, *,
@@ -107,10 +108,13 @@ class GRPOEngine:
     def sample_prompts(self, prompts: list[str], task: str, step: int, salt: int) -> Rollout:
         """One completion per prompt under the task's sampling settings, without the rollout
         tape (episodes gather a batch over many such calls); salt: distinct per call."""
+        rank = self.dist.rank if self.dist else 0
+        g = torch.Generator(device=self.device).manual_seed(
+            hash((self.settings.seed, step, salt, rank)) % 2**62)  # ints: the same every process
         with precision.autocast(self.amp, self.device):
             return self.backend.sample(
                 self.model, [self.policy.encode_prompt(p) for p in prompts], self.sampling[task],
-                self.policy.eos_id, self._generator(step, 1000 + salt), tape_budget=0)
+                self.policy.eos_id, g, tape_budget=0)
 
     def batch_of(self, rows: list[Sample], parts: list[tuple[list[int], Rollout]],
                  texts: list[str], rewards: Tensor, advantages: Tensor, metrics: dict) -> Batch:

@@ -12,8 +12,9 @@ goes on from the oracle's state either way.
 Advantages (`episode_advantages`): each side a model played in a game gets the game's
 result from its point of view (win, draw, loss; an illegal move loses for its mover, and
 the other side scores a draw: it did nothing to win). Results are normalised over the
-group's games (`grpo.normalise_groups`), and a move's share is discount^(moves its side
-made after it). Each move's legality, normalised over the group's moves of that side, adds
+group's games (`grpo.normalise_groups`; in self-play white's and black's apart, against an
+opponent the model's side of every game together), and a move's share is discount^(moves
+its side made after it). Each move's legality, normalised over the group's moves of that side, adds
 move_weight times its own advantage (move credit, per move). A rows are normalised over
 the group's A rows. The loss is the run's (`grpo.compute_loss`), unchanged.
 """
@@ -78,13 +79,16 @@ class Games:
     def starts(self, pools: dict[str, Sequence[Sample]], step: int, seed: int) -> list[str]:
         """The step's start positions, a pure function of (seed, step); positions whose
         game is already over are skipped."""
+        pool = pools["P"]
         rng = random.Random(seed * 1_000_003 + step)
         out = []
-        while len(out) < self.starts_per_step:
-            fen = rng.choice(pools["P"]).truth.fen
-            if game_over(chess.Board(fen)) is None:
-                out.append(fen)
-        return out
+        for i in rng.sample(range(len(pool)), len(pool)):
+            if game_over(chess.Board(pool[i].truth.fen)) is None:
+                out.append(pool[i].truth.fen)
+                if len(out) == self.starts_per_step:
+                    return out
+        raise ValueError(f"task_mix=games needs {self.starts_per_step} playable start "
+                         f"positions; the training data's P positions hold {len(out)}")
 
 
 @dataclass
@@ -117,23 +121,27 @@ def episode_advantages(games: list[Game], n_rows: int, env_scores: dict[int, flo
     """Per-row advantages [n_rows] of a step's games (see the module docstring).
     env_scores: A row -> its reward."""
     adv = torch.zeros(n_rows, dtype=torch.float64)
-    groups = sorted({g.group for g in games})
-    for k in groups:
+    for k in sorted({g.group for g in games}):
         mine = [g for g in games if g.group == k]
-        for colour in (chess.WHITE, chess.BLACK):
-            played = [g for g in mine if g.model_colour in (None, colour)
-                      and any(c == colour for _, c, _ in g.moves)]
+        # the sides compared: in self-play white's and black's across the games, against an
+        # opponent the model's own side of every game (its results are all from its side)
+        if any(g.model_colour is None for g in mine):
+            side_sets = [[(g, c) for g in mine] for c in (chess.WHITE, chess.BLACK)]
+        else:
+            side_sets = [[(g, g.model_colour) for g in mine]]
+        for sides in side_sets:
+            played = [(g, c) for g, c in sides if any(cc == c for _, cc, _ in g.moves)]
             if not played:
                 continue
-            results = torch.tensor([[g.score(colour, s) for g in played]], dtype=torch.float64)
+            results = torch.tensor([[g.score(c, s) for g, c in played]], dtype=torch.float64)
             result_adv = normalise_groups(results, "group", s.min_std).tolist() \
                 if len(played) > 1 else [0.0]
-            rows = [(row, legal) for g in played for row, c, legal in g.moves if c == colour]
+            rows = [(row, ok) for g, c in played for row, cc, ok in g.moves if cc == c]
             legal = torch.tensor([[float(ok) for _, ok in rows]], dtype=torch.float64)
             move_adv = dict(zip([r for r, _ in rows], normalise_groups(
                 legal, "group", s.min_std).tolist() if len(rows) > 1 else [0.0]))
-            for g, a in zip(played, result_adv):
-                side = [row for row, c, _ in g.moves if c == colour]
+            for (g, c), a in zip(played, result_adv):
+                side = [row for row, cc, _ in g.moves if cc == c]
                 for j, row in enumerate(side):
                     adv[row] = s.discount ** (len(side) - 1 - j) * a + \
                         s.move_weight * move_adv[row]

@@ -28,6 +28,10 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
         raise ConfigError(f"resume={cfg.resume}: no run there "
                           f"({run_dir / RUN_CONFIG} is missing)")
     old = OmegaConf.load(saved)
+    if "algorithm" in old and "_target_" not in old.algorithm:
+        raise ConfigError(f"resume={cfg.resume}: the run was saved by an older rookworld, "
+                          "whose algorithm settings and module names this version does not "
+                          "read; start a new run, or resume with the version that made it")
     restore_redacted(old, cfg)
     keys = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
     if "steps" in keys:

@@ -152,3 +152,19 @@ def test_task_mix_games_trains_checkpoints_and_resumes_exactly(tiny_overrides, t
     resumed, run_dir = resolve_resume(compose(args), args)
     assert run(resumed, run_dir).outcome.status == "success"
     assert_same_run(whole, cut)
+
+
+def test_against_an_opponent_results_compare_across_the_models_colours():
+    r = 1 / math.sqrt(2)
+    won = Game(0, chess.Board(), chess.WHITE, [(0, chess.WHITE, True)], result="1-0",
+               termination="checkmate")
+    lost = Game(0, chess.Board(), chess.BLACK, [(1, chess.BLACK, True)], result="1-0",
+                termination="checkmate")
+    adv = episode_advantages([won, lost], 2, {}, Games(opponent="random", move_weight=0.0))
+    assert adv.tolist() == pytest.approx([r, -r], abs=1e-6)
+
+
+def test_start_positions_must_be_playable():
+    over = SimpleNamespace(truth=SimpleNamespace(fen="7k/5Q2/6K1/8/8/8/8/8 b - - 0 1"))
+    with pytest.raises(ValueError, match="playable start positions"):
+        Games().starts({"P": [over]}, 0, 0)

@@ -328,3 +328,17 @@ def test_resume_is_exact_with_the_prompt_filter(tiny_overrides, tmp_path, monkey
     resumed, run_dir = resolve_resume(compose(args), args)
     assert run(resumed, run_dir).outcome.status == "success"
     assert_same_run(whole, cut)
+
+
+def test_a_run_saved_by_an_older_layout_is_refused_with_a_clear_message(tiny_overrides,
+                                                                         tmp_path):
+    cfg = compose(tiny_overrides + ["steps=1", "dry_run=true"])
+    run(cfg, tmp_path)
+    saved = OmegaConf.load(tmp_path / "run_config.yaml")
+    del saved["algorithm"]["_target_"]  # the algorithm node before it was a typed object
+    (tmp_path / "run_config.yaml").write_text(OmegaConf.to_yaml(saved))
+    args = ["model=tiny_random", f"resume={tmp_path}"]
+    from rookworld.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="saved by an older rookworld"):
+        resolve_resume(compose(args), args)
