@@ -36,7 +36,7 @@ import multiprocessing as mp
 import statistics
 import time
 
-from grpo_step_workers import ABLATIONS, PHASES, rookworld_worker, step_prompts, trl_worker
+from grpo_step_workers import ABLATIONS, ALGORITHMS, PHASES, rookworld_worker, step_prompts, trl_worker
 
 SHAPES = {
     "small": dict(n_layer=4, n_embd=256, n_head=4, prompts=4),
@@ -142,6 +142,9 @@ def main() -> None:
                    help="mixed precision for both (auto: bf16 on a GPU that has it)")
     p.add_argument("--ablate", action="store_true",
                    help="rookworld only: each optimisation off alone (ABLATIONS), side by side")
+    p.add_argument("--algorithms", action="store_true",
+                   help="rookworld only: GRPO, RLOO and PPO (value head, critic model) side "
+                        "by side (ALGORITHMS): the critic's step time and peak memory")
     p.add_argument("--only", default="",
                    help="with --ablate: comma-separated ABLATIONS indices to run beside the "
                         "defaults (memory: each variant is a process holding its model)")
@@ -159,6 +162,8 @@ def main() -> None:
         keep = {0, *(int(i) for i in a.only.split(",") if i)} if a.only else None
         jobs = [(name, rookworld_worker, (tuple(extra), env))
                 for i, (name, extra, env) in enumerate(ABLATIONS) if keep is None or i in keep]
+    elif a.algorithms:
+        jobs = [(name, rookworld_worker, (tuple(extra), {})) for name, extra in ALGORITHMS]
     else:
         backends = a.backend.split(",")
         jobs = [("rookworld" if len(backends) == 1 else f"rookworld:{b}", rookworld_worker,
@@ -202,8 +207,8 @@ def main() -> None:
                       "prompt_tokens_per_row": round(prompt_tokens, 1)}))
     out = {name: summarise(name, job_a[name], rows[name], final[name], cal, flop_bound_s)
            for name in rows}
-    if a.ablate:  # each variant against the defaults, step time and peak RSS
-        base = out[ABLATIONS[0][0]]
+    if a.ablate or a.algorithms:  # each variant against the defaults, step time and peak RSS
+        base = out[(ABLATIONS if a.ablate else ALGORITHMS)[0][0]]
         for line in out.values():
             line["step_vs_defaults"] = round(line["median_step_s"] / base["median_step_s"], 3)
             line["step_vs_defaults_paired"] = round(statistics.median(

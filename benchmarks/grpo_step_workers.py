@@ -102,6 +102,16 @@ ABLATIONS = (
                                              "LRU_CACHE_CAPACITY": "1024"}),
 )
 
+# the update's objectives side by side (bench_grpo.py --algorithms): the critic's cost beside
+# GRPO's; warm-up 0 so that every measured PPO step moves the policy too
+ALGORITHMS = (
+    ("grpo (defaults)", []),
+    ("rloo", ["advantage=rloo"]),
+    ("ppo, value head", ["algorithm=ppo", "algorithm.critic.warmup_steps=0"]),
+    ("ppo, critic model", ["algorithm=ppo", "algorithm.critic.warmup_steps=0",
+                           "algorithm.critic.kind=model", "algorithm.critic.lr=1e-4"]),
+)
+
 
 def rookworld_worker(a, conn, prompts: list, extra: tuple = (), env: dict | None = None
                      ) -> None:

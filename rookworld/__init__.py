@@ -6,11 +6,12 @@ is listed; a subpackage's name covers its modules):
 
     base: rookworld, precision, files, redact, errors, distributed, engine_settings, optim, memory
     tasks: chess_tasks
-    maths: gpt2, sampling, legal_mask, advantages, kl_schedule, grpo, guards, sft
+    maths: gpt2, sampling, legal_mask, advantages, kl_schedule, ppo, grpo, guards, sft
     config: config
     data and rewards: data, task_mix, rewards
     backend: backends, policy
-    engine: engine, batch, credit, anchor, prompt_filter, held_out, runtime, strength, episodes
+    engine: engine, batch, credit, critic, anchor, prompt_filter, held_out, runtime, strength,
+        episodes
     tracking: run_dir, loggers, report, diff, resume, model_card, sweeps
     entry points: train, pretrain, evaluate
 

@@ -146,6 +146,13 @@ def validate(cfg: DictConfig) -> None:
     if world > 1 and cfg.task_mix.get("_target_") == "rookworld.episodes.Games":
         raise ConfigError("task_mix=games runs in one process: its episodes are not split "
                           "over torchrun's ranks; run it without torchrun")
+    critic = OmegaConf.select(cfg, "algorithm.critic", default=None)
+    if critic is not None and cfg.task_mix.get("_target_") == "rookworld.episodes.Games":
+        raise ConfigError("task_mix=games scores whole games with its own per-game advantages; "
+                          "a critic (algorithm=ppo) does not apply to them: use a GRPO "
+                          "algorithm with task_mix=games")
+    if critic is not None and world > 1:
+        raise ConfigError("algorithm.critic (PPO) runs in one process; run it without torchrun")
     if world > 1 and prompts_per_step(cfg) % world:
         raise ConfigError(f"{prompts_per_step(cfg)} prompts per step do not split over "
                           f"{world} ranks (torchrun); make prompts_per_step a multiple of "

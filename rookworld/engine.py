@@ -13,6 +13,7 @@ import copy
 import functools
 import math
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -21,10 +22,11 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from . import backends, credit, grpo, precision
+from . import backends, credit, grpo, ppo, precision
 from .backends.fast_gpt2.blocks import final_norm, lm_head
 from .batch import Batch, merge_rollouts, micro_batch_rows, rollout_metrics
 from .chess_tasks import Sample
+from .critic import Critic
 from .distributed import DistContext
 from .engine_settings import EngineSettings, micro_batch_tokens
 from .optim import scale_lr
@@ -80,6 +82,14 @@ class GRPOEngine:
             [p for p in self.model.parameters() if p.requires_grad], s.steps)
         self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
+        self.critic = None
+        if algorithm.critic is not None:  # PPO: a value function and GAE advantages
+            if dist:
+                raise ValueError("algorithm.critic (PPO) runs in one process; torchrun data "
+                                 "parallel is GRPO's (its whitening and value loss are not "
+                                 "gathered across ranks)")
+            self.critic = Critic(algorithm.critic, self.model, self.backend, optim, s.steps,
+                                 s.seed)
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -167,8 +177,13 @@ class GRPOEngine:
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
                 self.device)
         ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
+        values = returns = None
+        if self.critic:
+            loss_adv, values, returns, critic_m = self.gae(r, rewards, loss_mask, ref_lp, step)
         t3 = time.perf_counter()
         m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
+        if self.critic:
+            m.update(critic_m)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
         if hasattr(self.algorithm.advantage, "metrics"):  # stateful advantages' statistics
             m.update(self.algorithm.advantage.metrics())
@@ -180,7 +195,29 @@ class GRPOEngine:
         if self.settings.release_memory:
             release_freed_memory()
         return Batch(samples, r, texts, temps, rewards, loss_adv, loss_mask, ref_lp, m,
-                     norm_tokens, norm_rows)
+                     norm_tokens, norm_rows, old_values=values, returns=returns)
+
+    @torch.no_grad()
+    def gae(self, r: Rollout, rewards: Tensor, mask: Tensor, ref_lp: Tensor | None, step: int
+            ) -> tuple[Tensor, Tensor, Tensor, dict]:
+        """PPO's per-token advantages [N,T] from the critic's values (`ppo.gae`), with the
+        values and returns the value loss needs, and what they measure. The score is the
+        last token's reward; under kl_penalty=reward each token also pays beta x its k1 KL."""
+        c = self.algorithm.critic
+        with precision.autocast(self.amp, self.device):
+            values = torch.cat([self.critic.values(r.prompt_ids[rows], r.prompt_mask[rows],
+                                                   r.completion_ids[rows])
+                                for rows in self._micro_slices(r)]).float() * mask
+        kl = (r.logprobs - ref_lp) if c.kl_penalty == "reward" and ref_lp is not None else None
+        tok_r = ppo.token_rewards(rewards.to(self.device), mask, kl, self.kl.coef(step))
+        adv, returns = ppo.gae(tok_r, values, mask, c.gamma, c.lam)
+        m = {"value/explained_variance": ppo.explained_variance(values, returns, mask),
+             "value/rollout_mean": float(ppo.masked_mean(values, mask)),
+             "value/returns_mean": float(ppo.masked_mean(returns, mask)),
+             "adv/gae_abs_mean": float(ppo.masked_mean(adv.abs(), mask))}
+        if c.whiten:
+            adv = ppo.whiten(adv, mask)
+        return adv, values, returns, m
 
     def _advantages(self, rewards: Tensor, tasks: list[str], step: int
                     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -299,10 +336,16 @@ class GRPOEngine:
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()
         beta = self.kl.coef(step)
+        c = self.algorithm.critic
+        if c and c.kl_penalty == "reward":  # the KL was paid in the rewards (`gae`)
+            beta = 0.0
+        # a critic warming up: the update trains the value function only
+        policy_moves = not (c and step < c.warmup_steps)
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         slices = self._micro_slices(b.rollout)
         # the first iteration differentiates the policy that sampled: its kept forward
-        taped, finals = self._tape_chunks(b)
+        taped, finals = self._tape_chunks(b) if policy_moves else ([], [])
+        b.rollout.tapes = b.rollout.tapes if policy_moves else []
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         with mmap_threshold_during(self.update_mmap_kib):
@@ -310,6 +353,7 @@ class GRPOEngine:
                 self.optimizer.zero_grad(set_to_none=True)
                 total = 0.0
                 chunks = taped if it == 0 and taped else [(rows, None) for rows in slices]
+                chunks = chunks if policy_moves else []
                 for j, (rows, logits_fn) in enumerate(chunks):
                     w = self._weight(b, rows)
                     with self._no_sync(j < len(chunks) - 1):
@@ -324,6 +368,8 @@ class GRPOEngine:
                 if it == 0 and taped:
                     self._backward_tapes(b, finals)
                     b.rollout.tapes = []  # its memory goes back before any later iteration
+                if self.critic:
+                    total += self._value_backward(b, slices, agg if it == 0 else None)
                 if self.dist:
                     total = self.dist.sum_floats({"total": total})["total"]
                     if it == 0:
@@ -338,10 +384,15 @@ class GRPOEngine:
                 grad_norm = float(self.optim.clip_gradients(self.model.parameters()))
                 if not (math.isfinite(total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
+                    if self.critic:
+                        self.critic.zero_grad()
                     scale_lr(self.scheduler, self.nan_lr_backoff)
                     skipped = 1
                     break
-                self.optimizer.step()
+                if policy_moves:
+                    self.optimizer.step()
+                if self.critic:
+                    agg["value/grad_norm"] = self.critic.step()
             self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
         done = it + 1  # iterations whose ratio stats were gathered
         if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
@@ -353,7 +404,9 @@ class GRPOEngine:
         if self.settings.release_memory:
             release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        with warnings.catch_warnings():  # a critic's warm-up: the schedule moves on unstepped
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step()`")
+            self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
             agg["kl/value"] = agg[f"kl/{self.algorithm.kl_estimator}"]  # the estimator in the loss
             if not skipped:  # a skipped (non-finite) update says nothing about the KL
@@ -365,10 +418,33 @@ class GRPOEngine:
                   "optim/rollout_forward_reused": float(bool(taped)),
                   "guard/nan_skipped": skipped,
                   "time/update_s": time.perf_counter() - t0})
+        if c:
+            m["value/policy_moves"] = float(policy_moves)
         if "loss/kl" in m:
             m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
                                                           1e-12)
         return m
+
+    def _value_backward(self, b: Batch, slices: list[slice], agg: dict | None) -> float:
+        """The critic's clipped value loss over the rows' chunks, backward with weight
+        vf_coef (into the head, and the shared trunk under kind=head); -> its weighted sum.
+        agg: where the value metrics go (the first iteration's), or None."""
+        c, total = self.algorithm.critic, 0.0
+        n_tokens = float(b.loss_mask.sum()) or 1.0
+        for rows in slices:
+            r = b.rollout
+            with precision.autocast(self.amp, self.device):
+                v = self.critic.values(r.prompt_ids[rows], r.prompt_mask[rows],
+                                       r.completion_ids[rows]).float()
+            loss, parts = ppo.value_loss(v, b.old_values[rows], b.returns[rows],
+                                         b.loss_mask[rows], c.cliprange_value)
+            w = float(b.loss_mask[rows].sum()) / n_tokens  # the token mean of the whole batch
+            (c.vf_coef * w * loss).backward()
+            total += c.vf_coef * w * float(loss.detach())
+            if agg is not None:
+                for k, x in parts.items():
+                    agg[k] += float(x) * w
+        return total
 
     def _weight(self, b: Batch, rows: slice) -> float:
         """These rows' share of the whole step's loss (over every rank)."""
@@ -394,6 +470,8 @@ class GRPOEngine:
              "kl": self.kl.state_dict()}
         if hasattr(self.algorithm.advantage, "state_dict"):  # running reward statistics
             d["advantage"] = self.algorithm.advantage.state_dict()
+        if self.critic:
+            d["critic"] = self.critic.state_dict()
         return d
 
     def load_state_dict(self, d: dict) -> None:
@@ -402,3 +480,8 @@ class GRPOEngine:
         self.kl.load_state_dict(d["kl"])
         if "advantage" in d and hasattr(self.algorithm.advantage, "load_state_dict"):
             self.algorithm.advantage.load_state_dict(d["advantage"])
+        if self.critic:
+            if "critic" not in d:
+                raise ValueError("the checkpoint has no critic: it was saved by a run without "
+                                 "algorithm.critic; resume it with the algorithm it ran")
+            self.critic.load_state_dict(d["critic"])

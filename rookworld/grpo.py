@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from .errors import check_int
+from .ppo import CriticSettings
 
 # |log ratio| above this is clamped before exp, as verl does: exp(20) ~ 4.9e8 is
 # finite in float32, so an exploding ratio shows in `ratio_max` instead of
@@ -184,6 +185,7 @@ def chunk_weight(agg_mode: str, chunk_mask: Tensor, total_tokens: float, total_r
 
 
 ADVANTAGE_SCALES = ("group", "batch", "none")
+GROUP_BASELINES = ("mean", "leave_one_out")
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -219,11 +221,16 @@ def normalise_groups(r: Tensor, scale: str = "group", min_std: float = 1e-6,
 
 
 def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
-                     min_std: float = 1e-6, clip: float | None = None) -> Tensor:
+                     min_std: float = 1e-6, clip: float | None = None,
+                     baseline: str = "mean") -> Tensor:
     """rewards [N] (groups of group_size contiguous) -> advantages [N] float32:
     `normalise_groups` in float64 with the tie shift, then clamped to [-clip, clip] when
-    clip is given."""
+    clip is given. baseline "leave_one_out" (RLOO, Ahmadian et al. 2024): each reward
+    minus the mean of the other G - 1 of its group, which is G / (G - 1) times its
+    distance from the group's mean."""
     adv = normalise_groups(_grouped(rewards, group_size), scale, min_std)
+    if baseline == "leave_one_out":
+        adv = adv * (group_size / (group_size - 1))
     if clip is not None:
         adv = adv.clamp(-clip, clip)
     return adv.float()
@@ -242,10 +249,15 @@ class GroupAdvantage:
     scale: "group" (GRPO, arXiv 2402.03300), "batch" (group mean, batch std), or "none"
     (Dr. GRPO, arXiv 2503.20783). min_std: floor on the std divided by (TRL adds 1e-4;
     a floor differs only when the std is below ~1e-2). clip: optional |advantage| bound.
-    Call: (rewards [N], group_size) -> advantages [N] float32.
+    baseline: "mean" (the group's mean) | "leave_one_out" (the mean of the others: RLOO,
+    arXiv 2402.14740). Call: (rewards [N], group_size) -> advantages [N] float32.
     """
 
-    def __init__(self, scale: str = "group", min_std: float = 1e-6, clip: float | None = None):
+    def __init__(self, scale: str = "group", min_std: float = 1e-6, clip: float | None = None,
+                 baseline: str = "mean"):
+        if baseline not in GROUP_BASELINES:
+            raise ValueError(f"algorithm.advantage.baseline must be one of {GROUP_BASELINES}, "
+                             f"got {baseline!r}")
         if scale not in ADVANTAGE_SCALES:
             raise ValueError(f"algorithm.advantage.scale must be one of {ADVANTAGE_SCALES}, "
                              f"got {scale!r}")
@@ -255,13 +267,16 @@ class GroupAdvantage:
         if clip is not None and not clip > 0:
             raise ValueError(f"algorithm.advantage.clip must be > 0 or null, got {clip}")
         self.scale, self.min_std, self.clip = scale, float(min_std), clip
+        self.baseline = baseline
 
     def __call__(self, rewards: Tensor, group_size: int, tasks=None, step: int = 0) -> Tensor:
         """tasks and step are for stateful advantages (rookworld.advantages); unused here."""
-        return group_advantages(rewards, group_size, self.scale, self.min_std, self.clip)
+        return group_advantages(rewards, group_size, self.scale, self.min_std, self.clip,
+                                self.baseline)
 
     def __repr__(self) -> str:
-        return f"GroupAdvantage(scale={self.scale!r}, min_std={self.min_std}, clip={self.clip})"
+        return (f"GroupAdvantage(scale={self.scale!r}, min_std={self.min_std}, clip={self.clip}, "
+                f"baseline={self.baseline!r})")
 
 
 
@@ -376,7 +391,10 @@ class Algorithm:
       updates per rollout batch; kl_estimator: one of KL_ESTIMATOR_NAMES, the KL term in the
       loss; entropy_coef: weight of the entropy bonus (entropy is logged either way);
     credit: sequence (every token its sequence's advantage) | moves (each P move's
-      characters the advantage of its own legality, rookworld/credit.py).
+      characters the advantage of its own legality, rookworld/credit.py); critic: a
+      `ppo.CriticSettings` for PPO with a value function (the loss's advantages come from
+      GAE over its values; `advantage` then only summarises the groups in the logs), or
+      None (GRPO and its kin).
     """
 
     advantage: Callable = field(default_factory=lambda: GroupAdvantage(min_std=1e-4))
@@ -385,6 +403,7 @@ class Algorithm:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     credit: str = "sequence"
+    critic: CriticSettings | None = None
 
     def __post_init__(self):
         check_int("algorithm.num_iterations", self.num_iterations, 1)
@@ -393,6 +412,9 @@ class Algorithm:
                              f"{', '.join(KL_ESTIMATOR_NAMES)}, got {self.kl_estimator!r}")
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
+        if self.critic is not None and self.credit != "sequence":
+            raise ValueError("algorithm.critic gives every token its own GAE advantage; "
+                             "set algorithm.credit=sequence (move credit is GRPO's)")
         if not callable(self.advantage):
             raise ValueError("algorithm.advantage must be callable (rewards, group_size) -> "
                              f"advantages, got {self.advantage!r}")

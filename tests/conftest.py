@@ -83,6 +83,13 @@ def tiny_overrides(synthetic_data):
                    "sampler.max_new_tokens=24", "sampler.per_task.A.max_new_tokens=24"]
 
 
+@pytest.fixture(params=["fast_gpt2", "hf"])
+def backend(request) -> list[str]:
+    """The override for each backend on the same tiny GPT-2 (hf runs transformers' copy of
+    it, `to_transformers()`), for the tests that are not about the fast path."""
+    return [f"backend={request.param}"]
+
+
 @pytest.fixture(params=["onednn", "blas", "mkl"])
 def cpu_matmul(request, monkeypatch):
     """Runs a test with each CPU matrix library (`forward_matmul.CPU_MATMUL`); modules take

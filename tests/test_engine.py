@@ -20,13 +20,6 @@ class LengthReward(Reward):
         return Scored(min(len(completion), 24) / 24, {"len": float(len(completion))})
 
 
-@pytest.fixture(params=["fast_gpt2", "hf"])
-def backend(request) -> list[str]:
-    """The override for each backend on the same tiny GPT-2 (hf runs transformers' copy of
-    it, `to_transformers()`), for the tests that are not about the fast path."""
-    return [f"backend={request.param}"]
-
-
 @pytest.fixture
 def engine_and_pools(tiny_overrides, backend):
     from rookworld.data.load import read_samples

@@ -48,6 +48,11 @@ class Backend(Protocol):
         """forward(prompt_ids, prompt_mask, completion_ids) -> logits [N,T,V] float32
         predicting each completion token (before temperature), with gradients."""
 
+    def hidden(self, model, prompt_ids: Tensor, prompt_mask: Tensor,
+               completion_ids: Tensor) -> Tensor:
+        """The final (normed) hidden states [N,T,C] whose logits predict each completion
+        token, with gradients: what a value head reads (rookworld/critic.py)."""
+
     def prepare(self, model) -> nn.Module:
         """The model as this backend runs it (the engine's copy: dtype, class)."""
 

@@ -42,6 +42,19 @@ def completion_logits(model, prompt_ids: Tensor, prompt_mask: Tensor,
     return logits.float()
 
 
+def completion_hidden(model, prompt_ids: Tensor, prompt_mask: Tensor,
+                      completion_ids: Tensor) -> Tensor:
+    """The final hidden states [N,T,C] (after the model's last norm, as transformers'
+    last `hidden_states` entry) at the positions whose logits predict each completion
+    token: the state before the token (a critic's value reads it)."""
+    p, t = prompt_ids.shape[1], completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                use_cache=False, output_hidden_states=True, logits_to_keep=1)
+    return out.hidden_states[-1][:, p - 1:p - 1 + t]
+
+
 class CompletionLogits(nn.Module):
     """`completion_logits` as a module (DistributedDataParallel wraps it)."""
 
@@ -67,6 +80,9 @@ class HFBackend:
             raise ValueError("recompute_activations=true needs backend=fast_gpt2 (the hf "
                              "backend keeps transformers' forward as it is); set it to false")
         return CompletionLogits(model)
+
+    def hidden(self, model, prompt_ids, prompt_mask, completion_ids):
+        return completion_hidden(model, prompt_ids, prompt_mask, completion_ids)
 
     @torch.no_grad()
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, temperature,

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from .decode import sample
-from .forward import CompletionLogits, completion_logprobs
+from .forward import CompletionLogits, completion_hidden, completion_logprobs
 
 
 class FastGPT2:
@@ -34,6 +34,9 @@ class FastGPT2:
 
     def logits_module(self, model, recompute=False):
         return CompletionLogits(model, recompute=recompute)
+
+    def hidden(self, model, prompt_ids, prompt_mask, completion_ids):
+        return completion_hidden(model, prompt_ids, prompt_mask, completion_ids)
 
     def prepare(self, model):
         return model.float()
