@@ -43,6 +43,18 @@ def test_the_reference_runs_on_its_own_device(tiny_overrides):
     assert all(torch.isfinite(torch.tensor(m[k])) for k in ("loss/total", "kl/full_symmetric"))
 
 
+@pytest.mark.parametrize("kind", ["head", "model"])
+def test_ppo_trains_its_critic_on_the_gpu(tiny_overrides, kind):
+    cfg = compose(tiny_overrides + ["device=cuda", "algorithm=ppo", f"algorithm.critic.kind={kind}",
+                                    "algorithm.critic.warmup_steps=0"])
+    engine = build_engine(cfg, build_parts(cfg), LengthReward())
+    assert next(engine.critic.head.parameters()).device.type == "cuda"
+    b = _batch(engine, cfg)
+    assert b.old_values.device.type == "cuda"
+    m = engine.update(b, 0)
+    assert all(torch.isfinite(torch.tensor(m[k])) for k in ("loss/total", "value/loss"))
+
+
 def test_float32_on_the_gpu_gives_the_cpus_logprobs(tiny_overrides):
     engines = {}
     for device in ("cpu", "cuda"):
