@@ -84,6 +84,7 @@ def test_the_stability_search_queues_the_training_defaults():
     assert point["algorithm.kl_estimator"] == train.algorithm.kl_estimator
     assert point["num_generations"] == train.num_generations
     assert point["advantage"] == "group"  # the algorithm's own group advantages, by name
+    assert point["algorithm"] == "grpo"  # conf/train.yaml's default algorithm
     assert compose(["advantage=group"]).algorithm.advantage == train.algorithm.advantage
 
 
