@@ -115,10 +115,24 @@ def _stages(stages: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+def architecture(config, parameters: int) -> str:
+    """'A character-level GPT-2 (4 layers, 256 wide, 4 heads, ... positions)' from a model's
+    config: GPT-2's names or transformers' common ones (a Llama or Qwen2 exported too)."""
+    def first(*names):
+        return next((getattr(config, n) for n in names if getattr(config, n, None)), "?")
+    kind = getattr(config, "model_type", None) or "gpt2"
+    name = "GPT-2" if kind == "gpt2" else f"{kind} model"
+    char = "character-level " if (getattr(config, "vocab_size", None) or 1 << 30) <= 256 else ""
+    return (f"A {char}{name} ({first('n_layer', 'num_hidden_layers')} layers, "
+            f"{first('n_embd', 'hidden_size')} wide, {first('n_head', 'num_attention_heads')} "
+            f"heads, {parameters:,} parameters, "
+            f"{first('n_positions', 'max_position_embeddings')} positions)")
+
+
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
     """The model card: how the model was made (every stage of its lineage), its greedy
     held-out and external metrics with intervals, and its compute curve.
-    arch: the model's GPT-2 config."""
+    arch: the model's config (`architecture` describes it)."""
     ev = report["eval"]
     ext = ev.get("external")
     curve = lineage["curve"]
@@ -132,8 +146,7 @@ def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = N
                     + _curve_table(curve))
     return f"""# rookworld embedded model
 
-A character-level GPT-2 ({arch.n_layer} layers, {arch.n_embd} wide, {arch.n_head} heads,
-{report['parameters']:,} parameters, {arch.n_positions} positions) trained by this project with
+{architecture(arch, report['parameters'])} trained by this project with
 `python -m rookworld.pretrain` on data from its own generator (`rookworld.data.generate`;
 each stage below names its training file, and the command that makes it again): next-token
 loss on completions only, both tasks (P and A), exact RookWorld text formats

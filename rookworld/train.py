@@ -230,7 +230,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                     batch = engine.rollout(samples, step)
             except NonFiniteLogits as e:  # the last update blew the weights up
                 return (Outcome("nan_failure", step, f"{e} when sampling step {step}; lower "
-                                "optim.lr or tighten optim.max_grad_norm"), first_eval, last_eval)
+                                "optim.lr or tighten optim.grad_clip"), first_eval, last_eval)
             if p.anchor.active:
                 batch.anchor = p.anchor.draw(pools, step, cfg.seed)
             m = batch.metrics | filtered | engine.update(batch, step)

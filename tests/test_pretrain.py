@@ -142,3 +142,29 @@ def test_export_to_the_shipped_model_is_refused_unless_asked(tmp_path):
                          text=True, timeout=300)
     assert out.returncode != 0 and "replace_shipped=true" in out.stderr, out.stderr[-2000:]
     assert {p.name: p.stat().st_mtime_ns for p in EMBEDDED_DIR.iterdir()} == before
+
+
+def test_the_model_card_describes_gpt2_and_other_families():
+    from transformers import LlamaConfig
+
+    from rookworld.gpt2 import GPT2Config
+    from rookworld.model_card import architecture
+
+    gpt2 = architecture(GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=384,
+                                   vocab_size=96), 3_300_000)
+    assert gpt2 == ("A character-level GPT-2 (4 layers, 256 wide, 4 heads, 3,300,000 parameters, "
+                    "384 positions)")
+    llama = architecture(LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                     max_position_embeddings=512, vocab_size=32000), 1000)
+    assert llama == "A llama model (2 layers, 64 wide, 4 heads, 1,000 parameters, 512 positions)"
+
+
+def test_a_llama_model_pretrains_and_exports_with_its_card(tmp_path, synthetic_data):
+    from test_backends import _tiny_family
+
+    train, held_out = synthetic_data
+    _tiny_family("llama", tmp_path / "llama")
+    _pretrain(tmp_path / "run", train, held_out, "steps=2", f"export_to={tmp_path / 'export'}",
+              model=["model=hf", f"model.path={tmp_path / 'llama'}"])
+    card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
+    assert "llama model (2 layers, 32 wide" in card and (tmp_path / "export" / "config.json").exists()
