@@ -405,7 +405,7 @@ class GRPOEngine:
             release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]
         with warnings.catch_warnings():  # a critic's warm-up: the schedule moves on unstepped
-            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step()`")
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
             self.scheduler.step()
         if self.ref is not None and "kl/k3" in agg:
             agg["kl/value"] = agg[f"kl/{self.algorithm.kl_estimator}"]  # the estimator in the loss

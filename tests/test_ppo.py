@@ -14,6 +14,7 @@ from test_faults import assert_same_run, crash_at
 from rookworld import grpo, ppo
 from rookworld.config import ConfigError, compose, validate
 from rookworld.data.load import read_samples
+from rookworld.policy import build_random, save_policy
 from rookworld.run_dir import latest_checkpoint
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
@@ -159,12 +160,25 @@ def test_a_ppo_step_trains_the_critic_then_the_policy_on_both_backends(tiny_over
         assert any(not torch.equal(p, trunk0[k]) for k, p in e.critic.trunk.named_parameters())
 
 
-@pytest.mark.parametrize("kind", ["head", "model"])
-def test_ppo_resumes_exactly_with_its_critic(tiny_overrides, tmp_path, monkeypatch, kind):
-    overrides = tiny_overrides + ["algorithm=ppo", f"algorithm.critic.kind={kind}",
-                                  "algorithm.critic.warmup_steps=1", "steps=3",
-                                  "checkpoint_every=1", "optim.lr=0.01",
-                                  "guard.kl.threshold=1000"]
+RESUMED = {"ppo, value head": ["algorithm=ppo"],
+           "ppo, critic model": ["algorithm=ppo", "algorithm.critic.kind=model"],
+           "ppo, value head, model=hf": ["algorithm=ppo", "HF"],
+           "rloo, model=hf": ["advantage=rloo", "HF"]}
+
+
+@pytest.mark.parametrize("arm", list(RESUMED))
+def test_ppo_and_rloo_resume_exactly(arm, tiny_overrides, tmp_path, monkeypatch):
+    """A run that crashes at step 2 and resumes from step 1's checkpoint equals the whole
+    run: metrics, the policy's weights and the critic's (head, and trunk when it has one)."""
+    extra = [o for o in RESUMED[arm] if o != "HF"]
+    base = tiny_overrides
+    if "HF" in RESUMED[arm]:  # transformers' GPT-2 from a directory in the hub layout
+        save_policy(build_random(n_layer=2, n_embd=32, n_head=2, n_positions=320),
+                    tmp_path / "gpt2")
+        base = [o for o in tiny_overrides if not o.startswith("model")] + [
+            "model=hf", f"model.path={tmp_path / 'gpt2'}"]
+    overrides = base + extra + ["algorithm.critic.warmup_steps=1"] * ("algorithm=ppo" in extra) \
+        + ["steps=3", "checkpoint_every=1", "optim.lr=0.01", "guard.kl.threshold=1000"]
     from rookworld import engine as engine_mod
     real_score = engine_mod.GRPOEngine.score
 
@@ -180,8 +194,10 @@ def test_ppo_resumes_exactly_with_its_critic(tiny_overrides, tmp_path, monkeypat
     resumed, run_dir = resolve_resume(compose(args), args)
     assert run(resumed, run_dir).outcome.status == "success"
     assert_same_run(whole, cut)
+    if "algorithm=ppo" not in extra:
+        return
     critics = [torch.load(latest_checkpoint(d) / "state.pt", weights_only=True)["engine"]["critic"]
                for d in (whole, cut)]
-    for part in ("head",) + (("trunk",) if kind == "model" else ()):
+    for part in ("head", "trunk") if "kind=model" in " ".join(extra) else ("head",):
         a, b = critics[0][part], critics[1][part]
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
