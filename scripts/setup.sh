@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install everything rookworld needs into .venv (idempotent): torch 2.13.0 first (the CPU
-# wheel; nothing then pulls a CUDA build), the project with pinned dependencies, and
+# Install everything rookworld needs into .venv (idempotent): torch 2.13.0 first, as the
+# machine's pip serves it (a CPU-only machine's pip gives the CPU wheel; for a GPU, install
+# the CUDA wheel first, docs/guides/scaling.md), the project with pinned dependencies, and
 # Stockfish from the OS package manager when it is missing and we are root; then builds
 # the native CPU kernels.
 set -euo pipefail
