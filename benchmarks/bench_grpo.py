@@ -36,7 +36,14 @@ import multiprocessing as mp
 import statistics
 import time
 
-from grpo_step_workers import ABLATIONS, ALGORITHMS, PHASES, rookworld_worker, step_prompts, trl_worker
+from grpo_step_workers import (
+    ABLATIONS,
+    ALGORITHMS,
+    PHASES,
+    rookworld_worker,
+    step_prompts,
+    trl_worker,
+)
 
 SHAPES = {
     "small": dict(n_layer=4, n_embd=256, n_head=4, prompts=4),

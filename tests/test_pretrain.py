@@ -167,4 +167,5 @@ def test_a_llama_model_pretrains_and_exports_with_its_card(tmp_path, synthetic_d
     _pretrain(tmp_path / "run", train, held_out, "steps=2", f"export_to={tmp_path / 'export'}",
               model=["model=hf", f"model.path={tmp_path / 'llama'}"])
     card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
-    assert "llama model (2 layers, 32 wide" in card and (tmp_path / "export" / "config.json").exists()
+    assert "llama model (2 layers, 32 wide" in card
+    assert (tmp_path / "export" / "config.json").exists()

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -40,8 +41,15 @@ def test_every_option_composes_and_builds_before_the_model(group, option, reques
 def test_every_yaml_key_is_commented():
     missing = []
     for path in CONF_DIR.rglob("*.yaml"):
+        block = None  # the indent of a key whose value is a block scalar (| or >): its text
         for i, line in enumerate(path.read_text().splitlines(), 1):
             s = line.strip()
+            indent = len(line) - len(line.lstrip())
+            if block is not None and (not s or indent > block):
+                continue  # a line of the block's text, not a key
+            block = None
+            if re.search(r":\s*[|>][-+]?\s*(#.*)?$", line):
+                block = indent
             if not s or s.startswith(("#", "-", "_target_:")) or s == "{}" or ":" not in s:
                 continue
             if "#" not in line and not s.endswith(":"):
