@@ -6,7 +6,7 @@ is listed; a subpackage's name covers its modules):
 
     base: rookworld, precision, files, redact, errors, distributed, engine_settings, optim, memory
     tasks: chess_tasks
-    maths: gpt2, sampling, legal_mask, advantages, kl_schedule, ppo, grpo, guards, sft
+    maths: gpt2, sampling, legal_mask, advantages, kl_schedule, grpo, ppo, guards, sft
     config: config
     data and rewards: data, task_mix, rewards
     backend: backends, policy

@@ -10,12 +10,13 @@ rookworld/ppo.py; the engine calls `values` at rollout (no gradients) and in the
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import Tensor, nn
 
+from .grpo import CriticSettings
 from .optim import AdamWSpec
-from .ppo import CriticSettings
 
 
 def hidden_size(config) -> int:
@@ -27,7 +28,7 @@ def hidden_size(config) -> int:
 
 
 class Critic:
-    """settings: `ppo.CriticSettings`; policy_model: the engine's (prepared) model;
+    """settings: `grpo.CriticSettings`; policy_model: the engine's (prepared) model;
     backend: its `backends.Backend`; optim: the policy's `optim.AdamWSpec` (the critic's
     lr replaces its lr when set); steps: the run's steps (the lr schedule); seed: the
     value head's initialisation (its own generator, so that the run's random streams stay
@@ -63,7 +64,7 @@ class Critic:
         """Clip the critic's gradients, step its optimiser and schedule; -> the gradient
         norm before clipping (the shared trunk's gradient is the policy optimiser's)."""
         norm = float(self.optim.clip_gradients(self.parameters()))
-        if torch.isfinite(torch.tensor(norm)):
+        if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()

@@ -83,11 +83,7 @@ class GRPOEngine:
         self.tape_budget = s.rollout_tape_mib * 2**20 if self.backend.uses_tape else 0
         self.anchor = anchor if anchor is not None and anchor.active else None
         self.critic = None
-        if algorithm.critic is not None:  # PPO: a value function and GAE advantages
-            if dist:
-                raise ValueError("algorithm.critic (PPO) runs in one process; torchrun data "
-                                 "parallel is GRPO's (its whitening and value loss are not "
-                                 "gathered across ranks)")
+        if algorithm.critic is not None:  # PPO (one process: config.validate refuses torchrun)
             self.critic = Critic(algorithm.critic, self.model, self.backend, optim, s.steps,
                                  s.seed)
 
@@ -212,9 +208,9 @@ class GRPOEngine:
         tok_r = ppo.token_rewards(rewards.to(self.device), mask, kl, self.kl.coef(step))
         adv, returns = ppo.gae(tok_r, values, mask, c.gamma, c.lam)
         m = {"value/explained_variance": ppo.explained_variance(values, returns, mask),
-             "value/rollout_mean": float(ppo.masked_mean(values, mask)),
-             "value/returns_mean": float(ppo.masked_mean(returns, mask)),
-             "adv/gae_abs_mean": float(ppo.masked_mean(adv.abs(), mask))}
+             "value/rollout_mean": float(grpo.token_mean(values, mask)),
+             "value/returns_mean": float(grpo.token_mean(returns, mask)),
+             "adv/gae_abs_mean": float(grpo.token_mean(adv.abs(), mask))}
         if c.whiten:
             adv = ppo.whiten(adv, mask)
         return adv, values, returns, m
@@ -343,9 +339,10 @@ class GRPOEngine:
         policy_moves = not (c and step < c.warmup_steps)
         world = self.dist.world if self.dist else 1  # DDP averages gradients over ranks
         slices = self._micro_slices(b.rollout)
+        if not policy_moves:  # nothing differentiates the policy: its tapes go now
+            b.rollout.tapes = []
         # the first iteration differentiates the policy that sampled: its kept forward
-        taped, finals = self._tape_chunks(b) if policy_moves else ([], [])
-        b.rollout.tapes = b.rollout.tapes if policy_moves else []
+        taped, finals = self._tape_chunks(b)
         agg, later = defaultdict(float), defaultdict(float)
         skipped = 0
         with mmap_threshold_during(self.update_mmap_kib):
@@ -353,7 +350,7 @@ class GRPOEngine:
                 self.optimizer.zero_grad(set_to_none=True)
                 total = 0.0
                 chunks = taped if it == 0 and taped else [(rows, None) for rows in slices]
-                chunks = chunks if policy_moves else []
+                chunks = chunks if policy_moves else []  # taped is [] then too
                 for j, (rows, logits_fn) in enumerate(chunks):
                     w = self._weight(b, rows)
                     with self._no_sync(j < len(chunks) - 1):

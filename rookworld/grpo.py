@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 
 from .errors import check_int
-from .ppo import CriticSettings
 
 # |log ratio| above this is clamped before exp, as verl does: exp(20) ~ 4.9e8 is
 # finite in float32, so an exploding ratio shows in `ratio_max` instead of
@@ -379,6 +378,56 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
             clip_stats(ratio, adv, mask, loss.clip_low, loss.clip_high))
 
 
+CRITICS = ("head", "model")
+KL_PENALTIES = ("loss", "reward")
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """`algorithm.critic`: PPO's value function and how its advantages are made (the maths:
+    rookworld/ppo.py).
+
+    kind: head (a linear value head on the policy's final hidden state; the value loss also
+      trains the shared trunk) | model (a separate critic, a copy of the policy's weights
+      with its own value head); gamma, lam: GAE's discount and lambda over completion
+      tokens; vf_coef: the value loss's weight; cliprange_value: the new value's bound
+      around the rollout's (null: unclipped); lr: the critic's learning rate (null: the
+      policy's); warmup_steps: steps that train the critic only, before the policy moves;
+      kl_penalty: loss (beta x KL in the loss, as GRPO) | reward (classic RLHF PPO:
+      -beta x the per-token k1 KL joins each token's reward); whiten: advantages
+      normalised to mean 0 and std 1 over the batch's tokens.
+    """
+
+    kind: str = "head"
+    gamma: float = 1.0
+    lam: float = 0.95
+    vf_coef: float = 0.1
+    cliprange_value: float | None = 0.2
+    lr: float | None = None
+    warmup_steps: int = 0
+    kl_penalty: str = "loss"
+    whiten: bool = True
+
+    def __post_init__(self):
+        if self.kind not in CRITICS:
+            raise ValueError(f"algorithm.critic.kind must be head or model, got {self.kind!r}")
+        if self.kl_penalty not in KL_PENALTIES:
+            raise ValueError("algorithm.critic.kl_penalty must be loss or reward, got "
+                             f"{self.kl_penalty!r}")
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"algorithm.critic.{name} must be in [0, 1], got "
+                                 f"{getattr(self, name)}")
+        if not self.vf_coef > 0:
+            raise ValueError(f"algorithm.critic.vf_coef must be > 0, got {self.vf_coef}")
+        if self.cliprange_value is not None and not self.cliprange_value > 0:
+            raise ValueError("algorithm.critic.cliprange_value must be > 0 or null, got "
+                             f"{self.cliprange_value}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"algorithm.critic.lr must be > 0 or null, got {self.lr}")
+        check_int("algorithm.critic.warmup_steps", self.warmup_steps, 0)
+
+
 CREDITS = ("sequence", "moves")
 
 
@@ -392,7 +441,7 @@ class Algorithm:
       loss; entropy_coef: weight of the entropy bonus (entropy is logged either way);
     credit: sequence (every token its sequence's advantage) | moves (each P move's
       characters the advantage of its own legality, rookworld/credit.py); critic: a
-      `ppo.CriticSettings` for PPO with a value function (the loss's advantages come from
+      `CriticSettings` for PPO with a value function (the loss's advantages come from
       GAE over its values; `advantage` then only summarises the groups in the logs), or
       None (GRPO and its kin).
     """

@@ -11,60 +11,10 @@ the row's last token, and the state after it is terminal (value 0).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from .errors import check_int
-
-CRITICS = ("head", "model")
-KL_PENALTIES = ("loss", "reward")
-
-
-@dataclass(frozen=True)
-class CriticSettings:
-    """`algorithm.critic`: PPO's value function and how its advantages are made.
-
-    kind: head (a linear value head on the policy's final hidden state; the value loss also
-      trains the shared trunk) | model (a separate critic, a copy of the policy's weights
-      with its own value head); gamma, lam: GAE's discount and lambda over completion
-      tokens; vf_coef: the value loss's weight; cliprange_value: the new value's bound
-      around the rollout's (null: unclipped); lr: the critic's learning rate (null: the
-      policy's); warmup_steps: steps that train the critic only, before the policy moves;
-      kl_penalty: loss (beta x KL in the loss, as GRPO) | reward (classic RLHF PPO:
-      -beta x the per-token k1 KL joins each token's reward); whiten: advantages
-      normalised to mean 0 and std 1 over the batch's tokens.
-    """
-
-    kind: str = "head"
-    gamma: float = 1.0
-    lam: float = 0.95
-    vf_coef: float = 0.1
-    cliprange_value: float | None = 0.2
-    lr: float | None = None
-    warmup_steps: int = 0
-    kl_penalty: str = "loss"
-    whiten: bool = True
-
-    def __post_init__(self):
-        if self.kind not in CRITICS:
-            raise ValueError(f"algorithm.critic.kind must be head or model, got {self.kind!r}")
-        if self.kl_penalty not in KL_PENALTIES:
-            raise ValueError("algorithm.critic.kl_penalty must be loss or reward, got "
-                             f"{self.kl_penalty!r}")
-        for name in ("gamma", "lam"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"algorithm.critic.{name} must be in [0, 1], got "
-                                 f"{getattr(self, name)}")
-        if not self.vf_coef > 0:
-            raise ValueError(f"algorithm.critic.vf_coef must be > 0, got {self.vf_coef}")
-        if self.cliprange_value is not None and not self.cliprange_value > 0:
-            raise ValueError("algorithm.critic.cliprange_value must be > 0 or null, got "
-                             f"{self.cliprange_value}")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"algorithm.critic.lr must be > 0 or null, got {self.lr}")
-        check_int("algorithm.critic.warmup_steps", self.warmup_steps, 0)
+from .grpo import token_mean
 
 
 def last_token_index(mask: Tensor) -> Tensor:
@@ -115,18 +65,12 @@ def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp_min(1)
-
-
 def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor,
                cliprange_value: float | None) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped value loss, the token mean of
         0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)
     (unclipped 0.5 (V - R)^2 when cliprange_value is None) -> (loss, metrics:
-    value/loss, value/clip_frac (share of tokens where the clipped term is larger),
-    value/mean)."""
+    value/loss, value/clip_frac (share of tokens where the clipped term is larger))."""
     err = (values - returns) ** 2
     if cliprange_value is None:
         per_token, clipped = err, torch.zeros_like(err, dtype=torch.bool)
@@ -134,10 +78,9 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor
         v_clip = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
         err_clip = (v_clip - returns) ** 2
         per_token, clipped = torch.maximum(err, err_clip), err_clip > err
-    loss = 0.5 * masked_mean(per_token, mask)
+    loss = 0.5 * token_mean(per_token, mask)
     return loss, {"value/loss": loss.detach(),
-                  "value/clip_frac": masked_mean(clipped.to(values.dtype), mask).detach(),
-                  "value/mean": masked_mean(values.detach(), mask)}
+                  "value/clip_frac": token_mean(clipped.to(values.dtype), mask).detach()}
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:

@@ -90,6 +90,22 @@ def backend(request) -> list[str]:
     return [f"backend={request.param}"]
 
 
+@pytest.fixture
+def spread_rewards(monkeypatch):
+    """A random model's rewards all tie (no advantages): the engine's scores plus a spread by
+    completion length, for the tests that need an update to move the weights."""
+    import torch
+
+    from rookworld import engine as engine_mod
+    real_score = engine_mod.GRPOEngine.score
+
+    def varied(self, rows, texts, step):
+        rewards, scored = real_score(self, rows, texts, step)
+        return rewards + torch.tensor([len(t) % 5 / 10 for t in texts]), scored
+
+    monkeypatch.setattr(engine_mod.GRPOEngine, "score", varied)
+
+
 @pytest.fixture(params=["onednn", "blas", "mkl"])
 def cpu_matmul(request, monkeypatch):
     """Runs a test with each CPU matrix library (`forward_matmul.CPU_MATMUL`); modules take

@@ -165,20 +165,12 @@ def _tiny_family(kind: str, directory):
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])
 def test_a_family_trains_checkpoints_and_resumes_exactly(kind, tiny_overrides, tmp_path,
-                                                         monkeypatch):
+                                                         monkeypatch, spread_rewards):
     _tiny_family(kind, tmp_path / "model")
     assert (tmp_path / "model" / "model.safetensors.index.json").exists()  # sharded
     model = ["model=hf", f"model.path={tmp_path / 'model'}"]
     overrides = [o for o in tiny_overrides if not o.startswith("model")] + model + STATEFUL \
         + ["steps=3", "eval_every=3", "anchor.coef=0.5"]  # the anchor's loss runs it too
-    from rookworld import engine as engine_mod
-    real_score = engine_mod.GRPOEngine.score
-
-    def varied(self, rows, texts, step):  # a random model's rewards all tie: spread them
-        rewards, scored = real_score(self, rows, texts, step)
-        return rewards + torch.tensor([len(t) % 5 / 10 for t in texts]), scored
-
-    monkeypatch.setattr(engine_mod.GRPOEngine, "score", varied)
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run(compose(overrides), whole).outcome.status == "success"
     saved = (whole / "run_config.yaml").read_text()

@@ -167,7 +167,8 @@ RESUMED = {"ppo, value head": ["algorithm=ppo"],
 
 
 @pytest.mark.parametrize("arm", list(RESUMED))
-def test_ppo_and_rloo_resume_exactly(arm, tiny_overrides, tmp_path, monkeypatch):
+def test_ppo_and_rloo_resume_exactly(arm, tiny_overrides, tmp_path, monkeypatch,
+                                     spread_rewards):
     """A run that crashes at step 2 and resumes from step 1's checkpoint equals the whole
     run: metrics, the policy's weights and the critic's (head, and trunk when it has one)."""
     extra = [o for o in RESUMED[arm] if o != "HF"]
@@ -179,14 +180,6 @@ def test_ppo_and_rloo_resume_exactly(arm, tiny_overrides, tmp_path, monkeypatch)
             "model=hf", f"model.path={tmp_path / 'gpt2'}"]
     overrides = base + extra + ["algorithm.critic.warmup_steps=1"] * ("algorithm=ppo" in extra) \
         + ["steps=3", "checkpoint_every=1", "optim.lr=0.01", "guard.kl.threshold=1000"]
-    from rookworld import engine as engine_mod
-    real_score = engine_mod.GRPOEngine.score
-
-    def varied(self, rows, texts, step):  # a random model's rewards all tie: spread them
-        rewards, scored = real_score(self, rows, texts, step)
-        return rewards + torch.tensor([len(t) % 5 / 10 for t in texts]), scored
-
-    monkeypatch.setattr(engine_mod.GRPOEngine, "score", varied)
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run(compose(overrides), whole).outcome.status == "success"
     crash_at(monkeypatch, 2, lambda: run(compose(overrides), cut))
