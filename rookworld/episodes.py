@@ -2,7 +2,9 @@
 
 A step draws `starts_per_step` start positions (the training data's P positions); from
 each the model plays `num_generations` games (the group) against itself (both sides) or
-a uniformly random mover, all live games' positions decoding together each half-move. A
+a uniformly random mover or Stockfish at a node limit (`strength.games.EngineMover`:
+its moves repeat, so a resumed run replays the same games), all live games' positions
+decoding together each half-move. A
 game ends at checkmate, a draw on the board, an illegal or unparseable B: move (the mover
 loses) or `max_plies` half-moves (an adjudicated draw). Every model move is a P row of
 the step's batch; under `env=model` every legal move also asks the model's A task for
@@ -14,9 +16,12 @@ result from its point of view (win, draw, loss; an illegal move loses for its mo
 the other side scores a draw: it did nothing to win). Results are normalised over the
 group's games (`grpo.normalise_groups`; in self-play white's and black's apart, against an
 opponent the model's side of every game together), and a move's share is discount^(moves
-its side made after it). Each move's legality, normalised over the group's moves of that side, adds
-move_weight times its own advantage (move credit, per move). A rows are normalised over
-the group's A rows. The loss is the run's (`grpo.compute_loss`), unchanged.
+its side made after it). Each move's legality, normalised over the group's moves of that
+side, adds move_weight times its own advantage (move credit, per move); with engine_weight
+> 0 each legal move's centipawn loss against Stockfish (`strength.acpl`, the measure of the
+strength suite), its negative normalised over the group's legal moves of that side, adds
+engine_weight times its advantage. A rows are normalised over the group's A rows. The loss
+is the run's (`grpo.compute_loss`), unchanged.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from torch import Tensor
 
 from .batch import Batch
 from .chess_tasks import PolicyTruth, Sample, env_sample, parse_policy, policy_prompt
+from .chess_tasks.stockfish_pool import EnginePool, find_engine
 from .errors import check_int
 from .grpo import normalise_groups
-from .strength.games import RandomMover, game_over
+from .strength.acpl import move_losses
+from .strength.games import EngineMover, RandomMover, game_over
 
-OPPONENTS = ("self", "random")
+OPPONENTS = ("self", "random", "engine")
 ENVS = ("oracle", "model")
 ILLEGAL, UNPARSEABLE, PLY_LIMIT = "illegal move", "no move", "ply limit"
 
@@ -55,10 +62,17 @@ class Games:
     loss: float = -1.0
     discount: float = 1.0
     min_std: float = 1e-4
+    opponent_nodes: int = 64
+    engine_weight: float = 0.0
+    engine_depth: int = 8
+    _mover: EngineMover | None = field(default=None, init=False, repr=False, compare=False)
+    _scorer: EnginePool | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         check_int("task_mix.starts_per_step", self.starts_per_step, 1)
         check_int("task_mix.max_plies", self.max_plies, 1)
+        check_int("task_mix.opponent_nodes", self.opponent_nodes, 1)
+        check_int("task_mix.engine_depth", self.engine_depth, 1)
         if self.opponent not in OPPONENTS:
             raise ValueError(f"task_mix.opponent must be one of {OPPONENTS}, got "
                              f"{self.opponent!r}")
@@ -66,11 +80,36 @@ class Games:
             raise ValueError(f"task_mix.env must be one of {ENVS}, got {self.env!r}")
         if not 0 < self.discount <= 1:
             raise ValueError(f"task_mix.discount must be in (0, 1], got {self.discount}")
-        if self.move_weight < 0 or not self.min_std > 0:
-            raise ValueError("task_mix.move_weight must be >= 0 and task_mix.min_std > 0")
+        if self.move_weight < 0 or self.engine_weight < 0 or not self.min_std > 0:
+            raise ValueError("task_mix.move_weight and task_mix.engine_weight must be >= 0 "
+                             "and task_mix.min_std > 0")
         if not self.win >= self.draw >= self.loss:
             raise ValueError("task_mix.win >= task_mix.draw >= task_mix.loss must hold, got "
                              f"{self.win}, {self.draw}, {self.loss}")
+        if self.opponent == "engine" or self.engine_weight > 0:
+            find_engine()  # a missing Stockfish fails here, naming its install command
+
+    def opponent_mover(self, seed: int) -> RandomMover | EngineMover:
+        """The opponent of a step's games (opponent random or engine); the engine's
+        process is started once and kept until close()."""
+        if self.opponent != "engine":
+            return RandomMover(seed=seed)
+        if self._mover is None:
+            self._mover = EngineMover(nodes=self.opponent_nodes)
+        return self._mover
+
+    def scorer(self) -> EnginePool:
+        """The Stockfish pool (depth engine_depth) that scores each legal model move."""
+        if self._scorer is None:
+            self._scorer = EnginePool(processes=1, depth=self.engine_depth)
+        return self._scorer
+
+    def close(self) -> None:
+        """Ends the engine processes the games started (idempotent)."""
+        for engine in (self._mover, self._scorer):
+            if engine is not None:
+                engine.close()
+        self._mover = self._scorer = None
 
     def tasks(self, step: int) -> tuple[str, ...]:
         """The data's tasks a step needs: the P positions games start from."""
@@ -117,9 +156,10 @@ class Game:
 
 
 def episode_advantages(games: list[Game], n_rows: int, env_scores: dict[int, float],
-                       s: Games) -> Tensor:
+                       s: Games, losses: dict[int, float] | None = None) -> Tensor:
     """Per-row advantages [n_rows] of a step's games (see the module docstring).
-    env_scores: A row -> its reward."""
+    env_scores: A row -> its reward; losses: a legal model move's row -> its centipawn
+    loss (used when s.engine_weight > 0)."""
     adv = torch.zeros(n_rows, dtype=torch.float64)
     for k in sorted({g.group for g in games}):
         mine = [g for g in games if g.group == k]
@@ -145,6 +185,11 @@ def episode_advantages(games: list[Game], n_rows: int, env_scores: dict[int, flo
                 for j, row in enumerate(side):
                     adv[row] = s.discount ** (len(side) - 1 - j) * a + \
                         s.move_weight * move_adv[row]
+            scored = [row for row, ok in rows if ok and row in (losses or {})]
+            if s.engine_weight > 0 and len(scored) > 1:
+                quality = torch.tensor([[-losses[r] for r in scored]], dtype=torch.float64)
+                for row, a in zip(scored, normalise_groups(quality, "group", s.min_std).tolist()):
+                    adv[row] += s.engine_weight * a
         env = [row for g in mine for row in g.env_rows]
         if len(env) > 1:
             x = torch.tensor([[env_scores[r] for r in env]], dtype=torch.float64)
@@ -157,7 +202,8 @@ def episode_advantages(games: list[Game], n_rows: int, env_scores: dict[int, flo
 class Played:
     """A step's games and the batch rows they made: rows (samples), texts (completions),
     own (each row's own reward: a move's legality, an A row's score), parts (the sampled
-    rollouts with their row indices), env_scores (A row -> its reward)."""
+    rollouts with their row indices), env_scores (A row -> its reward), losses (a legal
+    model move's row -> its centipawn loss; empty unless engine_weight > 0)."""
 
     games: list[Game]
     rows: list[Sample]
@@ -165,6 +211,7 @@ class Played:
     own: list[float]
     parts: list
     env_scores: dict[int, float]
+    losses: dict[int, float] = field(default_factory=dict)
 
 
 def play(engine, starts: list[str], step: int, s: Games) -> Batch:
@@ -172,8 +219,10 @@ def play(engine, starts: list[str], step: int, s: Games) -> Batch:
     move a P row, and under env=model every A prediction an A row)."""
     t0 = time.perf_counter()
     p = play_games(engine, starts, step, s)
-    adv = episode_advantages(p.games, len(p.rows), p.env_scores, s)
+    adv = episode_advantages(p.games, len(p.rows), p.env_scores, s, p.losses)
     metrics = episode_metrics(p.games, p.rows) | {"time/sample_s": time.perf_counter() - t0}
+    if p.losses:
+        metrics["games/move_loss_cp"] = sum(p.losses.values()) / len(p.losses)
     return engine.batch_of(p.rows, p.parts, p.texts, torch.tensor(p.own), adv, metrics)
 
 
@@ -187,7 +236,8 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
             colour = None if s.opponent == "self" else \
                 (chess.WHITE if (k + i) % 2 == 0 else chess.BLACK)
             games.append(Game(k, chess.Board(fen), colour))
-    opponent = RandomMover(seed=engine.settings.seed * 1_000_003 + step)
+    opponent = s.opponent_mover(engine.settings.seed * 1_000_003 + step)
+    judged: list[tuple[int, str, str]] = []  # (row, position, move) of legal model moves
     rows: list[Sample] = []
     texts: list[str] = []
     own: list[float] = []  # each row's own reward: a move's legality, an A row's score
@@ -220,6 +270,7 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
                     g.result = "0-1" if g.board.turn == chess.WHITE else "1-0"
                     g.termination = ILLEGAL if parse_policy(text).best else UNPARSEABLE
                     continue
+                judged.append((row, fen, move.uci()))
                 if s.env == "model":
                     history = [m.uci() for m in g.board.move_stack[-9:]] + [move.uci()]
                     env_asks.append(env_sample(fen, move.uci(), history))
@@ -240,7 +291,11 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
         for i, move in zip(theirs, opponent.moves([games[i].board for i in theirs], theirs)):
             _push(games[i], chess.Move.from_uci(move), s.max_plies)
         live = [i for i in live if not games[i].termination]
-    return Played(games, rows, texts, own, parts, env_scores)
+    losses = {}
+    if s.engine_weight > 0 and judged:
+        rows_, fens, moves = zip(*judged)
+        losses = {r: m.loss for r, m in zip(rows_, move_losses(s.scorer(), fens, moves))}
+    return Played(games, rows, texts, own, parts, env_scores, losses)
 
 
 def _legal(board: chess.Board, move: str | None) -> chess.Move | None:

@@ -304,9 +304,11 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
         try:
             outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir,
                                               loggers, suite)
-        finally:  # ends the suite's Stockfish processes
+        finally:  # ends the suite's and the games' Stockfish processes
             if suite is not None:
                 suite.close()
+            if isinstance(parts.task_mix, Games):
+                parts.task_mix.close()
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
         # the outcome carries the steps done and the evaluations that exist
         rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []

@@ -128,19 +128,26 @@ def test_a_wrong_a_prediction_scores_low_and_the_game_goes_on_from_the_oracle():
 
 def test_settings_are_checked():
     for bad in ({"opponent": "stockfish9"}, {"env": "dream"}, {"max_plies": 0},
-                {"discount": 0.0}, {"win": -1.0}):
+                {"discount": 0.0}, {"win": -1.0}, {"opponent_nodes": 0},
+                {"engine_weight": -0.5}, {"engine_depth": 0}):
         with pytest.raises(ValueError, match="task_mix"):
             Games(**bad)
 
 
 @pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("variant", [
+    ["task_mix.env=model"],
+    ["task_mix.opponent=engine", "task_mix.engine_weight=0.5", "task_mix.engine_depth=4"]],
+    ids=["model_as_environment", "engine_opponent_and_engine_loss"])
 def test_task_mix_games_trains_checkpoints_and_resumes_exactly(tiny_overrides, tmp_path,
-                                                               monkeypatch):
+                                                               monkeypatch, variant, request):
     """The embedded model plays (its moves are legal often enough for advantages), the
     run crashes at step 2 and resumes from the checkpoint of step 1: the same run."""
+    if "task_mix.opponent=engine" in variant:
+        request.getfixturevalue("stockfish")
     base = [o for o in tiny_overrides if not o.startswith(("model", "sampler.max_new"))]
     overrides = base + ["model=embedded", "task_mix=games", "task_mix.starts_per_step=1",
-                        "task_mix.max_plies=4", "task_mix.env=model", "num_generations=2",
+                        "task_mix.max_plies=4", *variant, "num_generations=2",
                         "steps=3", "checkpoint_every=1", "guard.kl.threshold=1000"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run(compose(overrides), whole).outcome.status == "success"
@@ -168,3 +175,42 @@ def test_start_positions_must_be_playable():
     over = SimpleNamespace(truth=SimpleNamespace(fen="7k/5Q2/6K1/8/8/8/8/8 b - - 0 1"))
     with pytest.raises(ValueError, match="playable start positions"):
         Games().starts({"P": [over]}, 0, 0)
+
+
+def test_an_engine_part_adds_each_legal_moves_normalised_loss_per_side():
+    r = 1 / math.sqrt(2)
+    # the hand games' white moves 0, 2, 3 lost 0, 50 and 100 centipawns; black's legal
+    # move 1 is alone on its side (no comparison), black's row 4 was illegal (not scored)
+    losses = {0: 0.0, 2: 50.0, 3: 100.0, 1: 20.0}
+    s = Games(move_weight=0.0, engine_weight=0.5)
+    plain = episode_advantages(hand_games(), 5, {}, s)
+    adv = episode_advantages(hand_games(), 5, {}, s, losses)
+    # -losses [0, -50, -100] have mean -50 and std 50: [1, 0, -1]
+    assert (adv - plain).tolist() == pytest.approx([0.5, 0.0, 0.0, -0.5, 0.0], abs=1e-6)
+    assert plain.tolist() == pytest.approx([r, 0.0, r, -r, 0.0], abs=1e-6)
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_against_the_engine_its_replies_are_the_node_limited_best_moves_and_losses_scored():
+    from rookworld.strength.acpl import move_losses
+    from rookworld.strength.games import EngineMover
+
+    after_e4 = chess.Board()
+    after_e4.push_uci("e2e4")
+    s = Games(opponent="engine", max_plies=2, engine_weight=1.0, engine_depth=4)
+    try:
+        p = play_games(ScriptedEngine({START: answer("e2e4")}, group=2), [START], 0, s)
+        white, black = p.games
+        reply = EngineMover(nodes=s.opponent_nodes)
+        try:
+            assert white.board.move_stack[1].uci() == reply.moves([after_e4], [0])[0]
+        finally:
+            reply.close()
+        # the model, as black, answers the engine's first move with the script's illegal
+        # default: one row, unscored; as white its e2e4 is scored as acpl scores it
+        assert [ok for _, _, ok in black.moves] == [False]
+        assert list(p.losses) == [white.moves[0][0]]
+        want = move_losses(s.scorer(), [START], ["e2e4"])[0].loss
+        assert p.losses[white.moves[0][0]] == pytest.approx(want)
+    finally:
+        s.close()

@@ -19,6 +19,7 @@ from rookworld.strength.games import (
     START,
     UNPARSEABLE,
     VOID,
+    EngineMover,
     EngineOpponent,
     Opening,
     RandomMover,
@@ -195,3 +196,21 @@ def test_a_game_the_engine_cannot_finish_is_void_and_never_scored(dying_engine):
     assert (game.result, game.termination, game.score()) == ("*", VOID, None)
     assert engine.restarts == 2
     assert "void" in to_pgn(game, "e", 1).end().comment
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_the_node_limited_engine_gives_every_position_the_same_move_in_every_process():
+    boards = [chess.Board(),
+              chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"),
+              chess.Board("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1")]
+    first, second = EngineMover(nodes=64), EngineMover(nodes=64)
+    try:
+        once = first.moves(boards, [0, 1, 2])
+        # a second process, asked in another order after other searches, answers alike
+        again = second.moves(boards[::-1] + boards, [2, 1, 0, 0, 1, 2])
+    finally:
+        first.close()
+        second.close()
+    assert again == once[::-1] + once
+    assert once[2] == "a1a8"  # the mate in one
+    assert all(chess.Move.from_uci(m) in b.legal_moves for m, b in zip(once, boards))

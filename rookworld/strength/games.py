@@ -1,5 +1,6 @@
-"""Games: the model against an opponent (a random mover, Stockfish limited in strength)
-or against itself, many games in lockstep so that the model answers them in one batch.
+"""Games: the model against an opponent (a random mover, Stockfish limited in strength by
+UCI_Elo or, reproducibly, by a node limit) or against itself, many games in lockstep so
+that the model answers them in one batch.
 
 An illegal or unparseable move loses the game for the side that made it (the game's
 record keeps the move in a comment). A game also ends on the board (checkmate,
@@ -22,7 +23,7 @@ import chess
 import chess.engine
 import chess.pgn
 
-from ..chess_tasks.stockfish_pool import end_engine, find_engine
+from ..chess_tasks.stockfish_pool import EnginePool, end_engine, find_engine
 
 ILLEGAL, UNPARSEABLE, PLY_LIMIT, VOID = ("illegal move", "unparseable move", "ply limit",
                                          "void: the engine died")
@@ -86,6 +87,22 @@ class RandomMover:
 
     def close(self) -> None:
         pass
+
+
+class EngineMover:
+    """Stockfish's best move at a node limit: one thread, a cleared hash for every move
+    (EnginePool), so a position always gets the same move and a resumed run replays the
+    same games. `nodes` sets its strength (1 plays about like a one-ply search)."""
+
+    def __init__(self, nodes: int = 64, path: str | None = None, processes: int = 1):
+        self.pool = EnginePool(path, processes=processes, depth=None, nodes=nodes, multipv=1)
+        self.name = f"stockfish nodes={nodes}"
+
+    def moves(self, boards: Sequence[chess.Board], games: Sequence[int]) -> list[str]:
+        return [a.moves[0] for a in self.pool.analyse_many(b.fen() for b in boards)]
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 class EngineOpponent:
