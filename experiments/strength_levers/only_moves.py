@@ -1,0 +1,60 @@
+"""A training file whose P positions are puzzle-like: the engine's best move is at least GAP
+pawns better than its second (an "only move", as a Lichess puzzle's first move is).
+
+    python experiments/strength_levers/only_moves.py OUT.jsonl.gz [--gap 1.0] [--others N]
+
+Keeps every bundled P sample with two or more labelled moves whose best eval exceeds the
+second's by GAP or more (7,110 of 40,000 at GAP 1.0, depth-8 labels), OTHERS of the rest
+drawn at random (default: as many as the only-move positions) and every A sample,
+shuffled; `python -m rookworld.train data.train=OUT.jsonl.gz` then draws from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+from pathlib import Path
+
+from rookworld.config import pkg_data
+from rookworld.data.loaders import read_lines
+
+
+def only_move(evals: list[float], gap: float) -> bool:
+    """The best of the labelled evals beats the second by `gap` pawns or more."""
+    top = sorted(evals, reverse=True)
+    return len(top) >= 2 and top[0] - top[1] >= gap
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--gap", type=float, default=1.0, help="pawns between best and second")
+    ap.add_argument("--others", type=int, default=None,
+                    help="other P samples to keep (default: as many as the only-move ones)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    only, others, env = [], [], []
+    for line in read_lines(Path(pkg_data("train.jsonl.gz"))):
+        row = json.loads(line)
+        if row["task"] != "P":
+            env.append(line)
+        elif only_move(row["truth"]["evals"], args.gap):
+            only.append(line)
+        else:
+            others.append(line)
+    rng.shuffle(others)
+    keep = len(only) if args.others is None else args.others
+    rows = only + others[:keep] + env
+    rng.shuffle(rows)
+    with gzip.open(args.out, "wt") as f:
+        f.writelines(r + "\n" for r in rows)
+    p = len(only) + min(keep, len(others))
+    print(f"{args.out}: {p} P ({len(only) / p:.1%} only-move at gap {args.gap:g}), "
+          f"{len(env)} A")
+
+
+if __name__ == "__main__":
+    main()

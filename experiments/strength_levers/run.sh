@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Levers for playing strength: the README's first command with one lever changed, seeds 0, 1,
+# 2, every run's before/after table measuring strength on all 1,000 bundled puzzles and 500
+# held-out positions' centipawn loss (the fast suite's games as they are). Runs already
+# finished (outcome.json) are skipped.
+# Usage: bash experiments/strength_levers/run.sh [output dir] [arm ...]
+#   arms: default (the README's first command), only_moves_best (puzzle-like training
+#   positions, only_moves.py, and the engine's best move weighted in the reward).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-outputs/strength_levers}
+shift $(( $# < 1 ? $# : 1 ))
+arms=("$@")
+[ ${#arms[@]} -gt 0 ] || arms=(default only_moves_best)
+py=.venv/bin/python
+mkdir -p "$out"
+measure=(strength.puzzles=1000 strength.acpl_positions=500)
+for arm in "${arms[@]}"; do
+  case $arm in
+    default) extra=() ;;
+    only_moves_best)
+      [ -f "$out/only_moves.jsonl.gz" ] || \
+        $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz"
+      extra=("data.train=$(realpath "$out/only_moves.jsonl.gz")" reward.policy_weights.best=0.5
+             reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
+    *) echo "unknown arm $arm" >&2; exit 2 ;;
+  esac
+  for s in 0 1 2; do
+    run="$out/$arm/seed$s"
+    mkdir -p "$out/$arm"
+    [ -f "$run/outcome.json" ] && continue
+    t=$SECONDS
+    $py -m rookworld.train seed=$s "${measure[@]}" "${extra[@]}" hydra.run.dir="$run" \
+      > "$run.log" 2>&1
+    echo "$arm seed $s: $((SECONDS - t)) s" | tee -a "$out/times.txt"
+  done
+done
+$py experiments/arms_table.py "$out" "${arms[@]}"
