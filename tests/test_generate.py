@@ -4,21 +4,23 @@ changes too), a re-run reuses its cache."""
 import hashlib
 from pathlib import Path
 
+import chess
 import pytest
 from hydra import compose, initialize_config_dir
 
 from rookworld.data.generate import run
 from rookworld.data.loaders import load_samples
+from rookworld.data.select import only_move
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 
-def _cfg(out: Path, cache: Path):
+def _cfg(out: Path, cache: Path, *extra: str):
     with initialize_config_dir(config_dir=CONF):
         return compose("generate", overrides=[
             f"out_dir={out}", f"cache_dir={cache}", "n_games=6", "workers=2", "progress=false",
             "engine.depth=2", "counts.train.P=24", "counts.train.A=30", "counts.eval.P=4",
-            "counts.eval.A=4", "eval_fraction=0.2"])
+            "counts.eval.A=4", "eval_fraction=0.2", *extra])
 
 
 # sha256 of _cfg's train split as this generator writes it with Stockfish 15.1. A model
@@ -69,3 +71,28 @@ def test_interrupted_label_cache_resumes(tmp_path):
             == (tmp_path / "b/train.jsonl.gz").read_bytes())
     # the label written after the cut starts on a line of its own: the cache is whole again
     assert run(_cfg(tmp_path / "c", tmp_path / "cache"))["timing"]["labelled"] == 0
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_p_kinds_choose_positions_in_check_and_only_move_positions_by_their_share(tmp_path):
+    kinds = ["p_kinds.check=0.25", "p_kinds.only_move=0.5", "only_move_gap=1.5"]
+    run(_cfg(tmp_path / "a", tmp_path / "cache", *kinds))
+    policy = [s for s in load_samples(tmp_path / "a/train.jsonl.gz").samples if s.task == "P"]
+    assert len(policy) == 24
+    by_kind = {k: [s for s in policy if s.meta.get("kind") == k] for k in ("check", "only_move")}
+    assert len(by_kind["check"]) == 6 and len(by_kind["only_move"]) == 12
+    assert all(chess.Board(s.truth.fen).is_check() for s in by_kind["check"])
+    assert all(only_move(s.truth.evals, 1.5) for s in by_kind["only_move"])
+    card = (tmp_path / "a" / "DATA_CARD.md").read_text()
+    assert "P samples per kind of position" in card
+    run(_cfg(tmp_path / "b", tmp_path / "cache_b", *kinds))  # deterministic, fresh cache
+    assert (tmp_path / "a/train.jsonl.gz").read_bytes() == \
+        (tmp_path / "b/train.jsonl.gz").read_bytes()
+    with pytest.raises(ValueError, match="p_kinds"):
+        run(_cfg(tmp_path / "c", tmp_path / "cache", "p_kinds.check=0.8",
+                 "p_kinds.only_move=0.5"))
+
+
+def test_only_move_needs_the_best_move_a_gap_ahead_of_the_second():
+    assert only_move([0.2, 1.9, -3.0], 1.5) and not only_move([0.5, 1.9, -3.0], 1.5)
+    assert not only_move([999.99], 0.5)  # one legal move: nothing to choose

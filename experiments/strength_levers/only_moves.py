@@ -19,12 +19,7 @@ from pathlib import Path
 
 from rookworld.config import pkg_data
 from rookworld.data.loaders import read_lines
-
-
-def only_move(evals: list[float], gap: float) -> bool:
-    """The best of the labelled evals beats the second by `gap` pawns or more."""
-    top = sorted(evals, reverse=True)
-    return len(top) >= 2 and top[0] - top[1] >= gap
+from rookworld.data.select import only_move
 
 
 def main() -> None:

@@ -40,7 +40,10 @@ def summary(splits: dict[str, list]) -> list[str]:
     """Markdown tables: counts per task x phase, A kinds, A oracle outcomes."""
     def count(task, key):
         return {s: Counter(key(x) for x in xs if x.task == task) for s, xs in splits.items()}
+    kinds = any("kind" in x.meta for xs in splits.values() for x in xs if x.task == "P")
     return (_table("P samples per game phase", count("P", lambda x: x.meta["phase"]))
+            + (_table("P samples per kind of position (p_kinds; any: drawn by phase)",
+                      count("P", lambda x: x.meta.get("kind", "any"))) if kinds else [])
             + _table("A samples per game phase", count("A", lambda x: x.meta["phase"]))
             + _table("A samples per kind of move", count("A", lambda x: x.meta["kind"]))
             + _table("A samples per oracle outcome", count("A", outcome)))

@@ -28,7 +28,7 @@ from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from .card import write_card
 from .games import GameStyle, play_games
 from .positions import Position, game_positions
-from .select import env_samples, policy_samples, stratified
+from .select import env_samples, policy_positions, policy_samples
 from .splits import split_of
 
 
@@ -89,9 +89,11 @@ def build_split(split: str, positions: list[Position], labels_for, cfg, rng) -> 
         if p.played and p.key not in seen:
             seen.add(p.key)
             fresh.append(p)
-    chosen = stratified(fresh, counts.P, shares, rng)
+    chosen, kind_of = policy_positions(fresh, counts.P, shares,
+                                       OmegaConf.to_container(cfg.get("p_kinds", {})),
+                                       cfg.get("only_move_gap", 1.0), labels_for, rng)
     labels = labels_for([p.fen for p in chosen])
-    samples = policy_samples(chosen, labels, cfg.seed)
+    samples = policy_samples(chosen, labels, cfg.seed, kind_of)
     samples += env_samples(mine, counts.A, OmegaConf.to_container(cfg.a_kinds), shares, rng)
     rng.shuffle(samples)
     return samples

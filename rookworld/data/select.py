@@ -46,7 +46,56 @@ def stratified(cands: list, n: int, shares: dict, rng: random.Random, make=lambd
     return out[:n]
 
 
-def policy_samples(positions: list[Position], labels: dict, seed: int) -> list:
+P_KINDS = ("check", "only_move")
+LABEL_CHUNK = 1024  # candidates labelled at a time while looking for only-move positions
+
+
+def only_move(evals, gap: float) -> bool:
+    """The best of a position's labelled evals beats the second by `gap` pawns or more: one
+    move keeps the position, as a puzzle's first move does."""
+    top = sorted(evals, reverse=True)
+    return len(top) >= 2 and top[0] - top[1] >= gap
+
+
+def policy_positions(fresh: list[Position], n: int, shares: dict, kinds: dict, gap: float,
+                     labels_for, rng: random.Random) -> tuple[list[Position], dict[str, str]]:
+    """Up to n P positions and the kind of those chosen for one: round(n x kinds["check"])
+    whose side to move is in check and round(n x kinds["only_move"]) that are only-move
+    positions at `gap` (found by labelling shuffled candidates LABEL_CHUNK at a time), each
+    kind phase-stratified among its candidates, the rest phase-stratified as without kinds.
+    With every share 0 the choice is `stratified(fresh, n, shares, rng)`, draw for draw."""
+    if unknown := set(kinds) - set(P_KINDS):
+        raise ValueError(f"p_kinds: unknown kind(s) {sorted(unknown)}; known: {list(P_KINDS)}")
+    if any(not 0 <= v <= 1 for v in kinds.values()) or sum(kinds.values()) > 1:
+        raise ValueError(f"p_kinds: shares must lie in [0, 1] and sum to <= 1, got {kinds}")
+    if not any(kinds.values()):
+        return stratified(fresh, n, shares, rng), {}
+    kind_of: dict[str, str] = {}
+
+    def left() -> list[Position]:
+        return [p for p in fresh if p.key not in kind_of]
+
+    if want := round(n * kinds.get("check", 0)):
+        in_check = [p for p in fresh if chess.Board(p.fen).is_check()]
+        kind_of |= {p.key: "check" for p in stratified(in_check, want, shares, rng)}
+    if want := round(n * kinds.get("only_move", 0)):
+        cands, found = left(), []
+        rng.shuffle(cands)
+        for i in range(0, len(cands), LABEL_CHUNK):
+            chunk = cands[i:i + LABEL_CHUNK]
+            labels = labels_for([p.fen for p in chunk])
+            found += [p for p in chunk if only_move(labels[p.fen].evals, gap)]
+            if len(found) >= want * 2:  # enough to stratify among
+                break
+        kind_of |= {p.key: "only_move" for p in stratified(found, want, shares, rng)}
+    chosen = [p for p in fresh if p.key in kind_of]
+    return chosen + stratified(left(), n - len(chosen), shares, rng), kind_of
+
+
+def policy_samples(positions: list[Position], labels: dict, seed: int,
+                   kind_of: dict[str, str] | None = None) -> list:
+    """P samples of the positions with their labels (meta: phase, game, ply, and the kind
+    a position was chosen for, if any)."""
     out = []
     for p in positions:
         a = labels[p.fen]
@@ -55,9 +104,11 @@ def policy_samples(positions: list[Position], labels: dict, seed: int) -> list:
         order = list(range(len(a.moves)))
         # docs/formats.md: the order carries no rank
         random.Random(f"{seed}:{p.fen}").shuffle(order)
+        meta = {"phase": p.phase, "game": p.game, "ply": p.ply}
+        if kind_of and p.key in kind_of:
+            meta["kind"] = kind_of[p.key]
         out.append(policy_sample(p.fen, [a.moves[i] for i in order], [a.evals[i] for i in order],
-                                 source=a.label, meta={"phase": p.phase, "game": p.game,
-                                                       "ply": p.ply}))
+                                 source=a.label, meta=meta))
     return out
 
 
