@@ -11,6 +11,10 @@ P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")
 CURVE_KEYS = (("P", "format"), ("P", "best_legal"), ("P", "legal"), ("P", "top5"),
               ("A", "format"), ("A", "fen_exact"), ("A", "flags"))
+# the strength suite's measures (docs/strength.md) the card reports, free play first
+STRENGTH_KEYS = ("puzzles_first", "puzzles_line", "puzzles_illegal", "random_score",
+                 "random_illegal_loss", "selfplay_plies", "selfplay_plies_median", "acpl",
+                 "blunder", "acpl_illegal")
 
 
 def _table(metrics: dict) -> str:
@@ -20,6 +24,17 @@ def _table(metrics: dict) -> str:
             key = f"eval/{task}/{k}"
             if key in metrics:
                 rows.append(f"| {task} {k} | {with_interval(metrics, key)} |")
+    return "\n".join(rows)
+
+
+def _strength_table(metrics: dict) -> str:
+    rows = ["| measure | free (the model's own move) | masked (legal moves only) |",
+            "|---|---|---|"]
+    for k in STRENGTH_KEYS:
+        cells = [with_interval(metrics, key) if (key := f"eval/strength/{k}{suffix}") in metrics
+                 else "-" for suffix in ("", "_masked")]
+        if cells != ["-", "-"]:
+            rows.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -74,11 +89,16 @@ def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path 
 
 
 def _curve_table(rows: list[dict]) -> str:
-    lines = ["| stage | step | samples | training min | P best_legal | P legal | A format "
-             "| A fen_exact |", "|---|---|---|---|---|---|---|---|"]
+    keys = ["eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact"]
+    names = ["P best_legal", "P legal", "A format", "A fen_exact"]
+    strength = [k for k in ("puzzles_first", "puzzles_illegal", "selfplay_plies")
+                if any(f"eval/strength/{k}" in r for r in rows)]
+    keys += [f"eval/strength/{k}" for k in strength]
+    names += strength
+    lines = ["| stage | step | samples | training min | " + " | ".join(names) + " |",
+             "|---" * (4 + len(names)) + "|"]
     for r in rows:
-        cells = [with_interval(r, k) if k in r else "" for k in (
-            "eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact")]
+        cells = [with_interval(r, k) if k in r else "" for k in keys]
         lines.append(f"| {r.get('stage', 1)} | {r['step']} | {r['samples']:,} | "
                      f"{r['train_minutes']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -127,6 +147,17 @@ def architecture(config, parameters: int) -> str:
             f"{first('n_embd', 'hidden_size')} wide, {first('n_head', 'num_attention_heads')} "
             f"heads, {parameters:,} parameters, "
             f"{first('n_positions', 'max_position_embeddings')} positions)")
+
+
+def _strength_section(report: dict) -> str:
+    """The strength suite's measures of the final model (`strength=` of the last stage)."""
+    if "strength" not in report:
+        return ("not measured when the model was made (`strength=none`); `python -m "
+                "rookworld.evaluate suite=strength` measures it (docs/strength.md)")
+    return ("The strength suite (`rookworld.strength`, docs/strength.md) at the last stage's "
+            "`strength` sizes; ± = ~95% interval (1.96 standard errors of the mean over the "
+            "puzzles, games or positions).\n\n"
+            + _strength_table(report["strength"]))
 
 
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
@@ -178,6 +209,10 @@ the whole held-out split, and rook_val_500 when present) prints the figures belo
 `B:` relabelled as argmax(E))
 
 {_table(ext) if ext else 'not measured (file not found when the model was made)'}
+
+## Playing strength
+
+{_strength_section(report)}
 
 ## Compute curve
 

@@ -49,20 +49,29 @@ def get_lr(step: int, cfg) -> float:
 
 
 class Curve:
-    """Greedy held-out metrics against training compute, one JSON line per point
-    (`curve.jsonl`: step, samples seen, training minutes, metrics); the model card
-    plots it. A resumed run appends to it."""
+    """Greedy held-out metrics (and, with a strength suite, the playing-strength measures)
+    against training compute, one JSON line per point (`curve.jsonl`: step, samples seen,
+    training minutes, metrics); the model card plots it. A resumed run appends to it."""
 
-    def __init__(self, path: Path, policy, cfg, held_out):
+    def __init__(self, path: Path, policy, cfg, held_out, suite=None):
         from .held_out import Evaluator
-        self.path, self.policy, self.cfg = path, policy, cfg
-        self.evaluator = Evaluator(held_out, instantiate(cfg.sampler),
-                                   max_per_task=cfg.curve_per_task)
+        self.path, self.policy, self.cfg, self.suite = path, policy, cfg, suite
+        self.sampling = instantiate(cfg.sampler)
+        self.evaluator = Evaluator(held_out, self.sampling, max_per_task=cfg.curve_per_task)
         self.reward = instantiate(cfg.reward)
+
+    def strength(self, label: str) -> dict:
+        """The suite's metrics of the policy now ({} without a suite); its report and
+        games go to out_dir/strength/<label>/."""
+        if self.suite is None:
+            return {}
+        self.policy.model.eval()
+        return self.suite(self.policy, self.sampling["P"], label=label)[0]
 
     def add(self, step: int, train_s: float) -> None:
         self.policy.model.eval()
-        metrics = self.evaluator(self.policy, self.reward)[0]
+        metrics = self.evaluator(self.policy, self.reward)[0] | \
+            self.strength(f"step-{step:06d}")
         row = {"step": step, "samples": step * self.cfg.batch_size,
                "train_minutes": train_s / 60, **metrics}
         with self.path.open("a") as fh:
@@ -194,7 +203,41 @@ def main(cfg: DictConfig) -> None:
         step, elapsed = state["step"], state["elapsed"]
         torch.set_rng_state(state["rng"])
     rows = encode(policy, train)
-    curve = Curve(out / "curve.jsonl", policy, cfg, held_out)
+    suite = strength_suite(cfg, held_out, out)
+    try:
+        report = _train(cfg, policy, opt, rows, Curve(out / "curve.jsonl", policy, cfg,
+                                                      held_out, suite),
+                        step, elapsed, out, device, dtype, held_out, len(train))
+    finally:  # ends the suite's Stockfish processes
+        if suite is not None:
+            suite.close()
+    if cfg.export_to:
+        parent = read_lineage(parent_file)
+        start = (f"stage {len(parent['stages'])}'s weights" if parent["stages"]
+                 else str(policy.source) if policy.source else "random weights")
+        lineage = add_stage(parent, report, read_curve(out / "curve.jsonl"), command_line(),
+                            start)
+        export(policy, cfg, report, lineage)
+
+
+def strength_suite(cfg, held_out, out: Path):
+    """The `strength` group's suite over the held-out P positions (its reports under
+    out/strength/), or None when every measure is off."""
+    from .strength import StrengthSuite, settings_from
+    from .strength.puzzles import PuzzleFileError
+    try:
+        settings = settings_from(cfg.strength)
+        if not settings.enabled:
+            return None
+        return StrengthSuite(settings, [s.truth.fen for s in held_out if s.task == "P"],
+                             out / "strength")
+    except (PuzzleFileError, ValueError, OSError) as e:
+        raise SystemExit(f"rookworld: strength: {e}") from None
+
+
+def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out: Path,
+           device, dtype, held_out, train_samples: int) -> dict:
+    """The training loop from `step`; -> the stage's report (what it measured at the end)."""
     model = policy.model.train()
     t0 = time.perf_counter() - elapsed
     bar = tqdm(total=cfg.steps, initial=step, desc="pretrain", mininterval=5)
@@ -236,18 +279,14 @@ def main(cfg: DictConfig) -> None:
               "parameters": sum(p.numel() for p in model.parameters()),
               "host": host(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "device": device_name(device, dtype),
-              "data": data_record(cfg.data.train, len(train)),
+              "data": data_record(cfg.data.train, train_samples),
               "eval": measure(policy, cfg, held_out)}
+    if strength := curve.strength("final"):
+        report["strength"] = strength
     save_policy(policy, out / "model")
     atomic_write_text(out / "pretrain_report.json", json.dumps(report, indent=2))
     print(json.dumps(report["eval"], indent=2))
-    if cfg.export_to:
-        parent = read_lineage(parent_file)
-        start = (f"stage {len(parent['stages'])}'s weights" if parent["stages"]
-                 else str(policy.source) if policy.source else "random weights")
-        lineage = add_stage(parent, report, read_curve(out / "curve.jsonl"), command_line(),
-                            start)
-        export(policy, cfg, report, lineage)
+    return report
 
 
 def export(policy, cfg, report: dict, lineage: dict) -> None:

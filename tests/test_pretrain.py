@@ -169,3 +169,23 @@ def test_a_llama_model_pretrains_and_exports_with_its_card(tmp_path, synthetic_d
     card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
     assert "llama model (2 layers, 32 wide" in card
     assert (tmp_path / "export" / "config.json").exists()
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_with_a_strength_suite_the_curve_and_the_card_carry_playing_strength(tmp_path,
+                                                                            synthetic_data):
+    train, held_out = synthetic_data
+    _pretrain(tmp_path / "run", train, held_out, "steps=2", "curve_every=1",
+              f"export_to={tmp_path / 'export'}", "strength=fast", "strength.puzzles=3",
+              "strength.random_games=2", "strength.selfplay_games=1",
+              "strength.acpl_positions=2", "strength.max_plies=4", "strength.acpl_depth=2")
+    curve = read_curve(tmp_path / "run" / "curve.jsonl")
+    assert [r["step"] for r in curve] == [1, 2]
+    for r in curve:
+        assert 0.0 <= r["eval/strength/puzzles_first"] <= 1.0
+        assert "eval_se/strength/puzzles_first" in r and "eval/strength/selfplay_plies" in r
+    report = json.loads((tmp_path / "run" / "pretrain_report.json").read_text())
+    assert "eval/strength/random_score" in report["strength"]
+    assert (tmp_path / "run" / "strength" / "final" / "strength.md").exists()
+    card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
+    assert "| puzzles_first | " in card and "| puzzles_first | puzzles_illegal |" in card
