@@ -1,12 +1,12 @@
 """Games as episodes (`task_mix=games`): GRPO over whole games the model plays.
 
 A step draws `starts_per_step` start positions (the training data's P positions); from
-each the model plays `num_generations` games (the group) against itself (both sides) or
-a uniformly random mover or Stockfish at a node limit (`strength.games.EngineMover`:
-its moves repeat, so a resumed run replays the same games), all live games' positions
-decoding together each half-move. A
-game ends at checkmate, a draw on the board, an illegal or unparseable B: move (the mover
-loses) or `max_plies` half-moves (an adjudicated draw). Every model move is a P row of
+each the model plays `num_generations` games (the group) against itself (both sides), a
+uniformly random mover or Stockfish at a node limit (`strength.games.EngineMover`: its
+moves repeat, so a resumed run replays the same games), all live games' positions
+decoding together each half-move. A game ends at checkmate, a draw on the board, an
+illegal or unparseable B: move (the mover loses) or `max_plies` half-moves (an
+adjudicated draw). Every model move is a P row of
 the step's batch; under `env=model` every legal move also asks the model's A task for
 the next state, scored by the run's reward against the python-chess oracle, and the game
 goes on from the oracle's state either way.
@@ -18,10 +18,10 @@ group's games (`grpo.normalise_groups`; in self-play white's and black's apart, 
 opponent the model's side of every game together), and a move's share is discount^(moves
 its side made after it). Each move's legality, normalised over the group's moves of that
 side, adds move_weight times its own advantage (move credit, per move); with engine_weight
-> 0 each legal move's centipawn loss against Stockfish (`strength.acpl`, the measure of the
-strength suite), its negative normalised over the group's legal moves of that side, adds
-engine_weight times its advantage. A rows are normalised over the group's A rows. The loss
-is the run's (`grpo.compute_loss`), unchanged.
+> 0 each legal move's centipawn loss against Stockfish (`strength.acpl.move_losses`, the
+strength suite's measure, at depth engine_depth), its negative normalised over the group's
+legal moves of that side, adds engine_weight times its advantage. A rows are normalised
+over the group's A rows. The loss is the run's (`grpo.compute_loss`), unchanged.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Games:
     def scorer(self) -> EnginePool:
         """The Stockfish pool (depth engine_depth) that scores each legal model move."""
         if self._scorer is None:
-            self._scorer = EnginePool(processes=1, depth=self.engine_depth)
+            self._scorer = EnginePool(processes=1, depth=self.engine_depth, multipv=1)
         return self._scorer
 
     def close(self) -> None:

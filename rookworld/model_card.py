@@ -11,10 +11,10 @@ P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")
 CURVE_KEYS = (("P", "format"), ("P", "best_legal"), ("P", "legal"), ("P", "top5"),
               ("A", "format"), ("A", "fen_exact"), ("A", "flags"))
-# the strength suite's measures (docs/strength.md) the card reports, free play first
+# the strength suite's measures (docs/strength.md) the card reports, in this order
 STRENGTH_KEYS = ("puzzles_first", "puzzles_line", "puzzles_illegal", "random_score",
-                 "random_illegal_loss", "selfplay_plies", "selfplay_plies_median", "acpl",
-                 "blunder", "acpl_illegal")
+                 "random_illegal_loss", "engine_score", "engine_illegal_loss", "engine_elo",
+                 "selfplay_plies", "selfplay_plies_median", "acpl", "blunder", "acpl_illegal")
 
 
 def _table(metrics: dict) -> str:

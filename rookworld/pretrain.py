@@ -203,7 +203,7 @@ def main(cfg: DictConfig) -> None:
         step, elapsed = state["step"], state["elapsed"]
         torch.set_rng_state(state["rng"])
     rows = encode(policy, train)
-    suite = strength_suite(cfg, held_out, out)
+    suite = strength_suite(cfg, held_out, out)  # reads its puzzle file
     try:
         report = _train(cfg, policy, opt, rows, Curve(out / "curve.jsonl", policy, cfg,
                                                       held_out, suite),
@@ -223,16 +223,16 @@ def main(cfg: DictConfig) -> None:
 def strength_suite(cfg, held_out, out: Path):
     """The `strength` group's suite over the held-out P positions (its reports under
     out/strength/), or None when every measure is off."""
-    from .strength import StrengthSuite, settings_from
-    from .strength.puzzles import PuzzleFileError
+    from .strength import settings_from
+    from .strength.suite import open_suite
     try:
         settings = settings_from(cfg.strength)
-        if not settings.enabled:
-            return None
-        return StrengthSuite(settings, [s.truth.fen for s in held_out if s.task == "P"],
-                             out / "strength")
-    except (PuzzleFileError, ValueError, OSError) as e:
+    except (ValueError, TypeError) as e:
         raise SystemExit(f"rookworld: strength: {e}") from None
+    try:
+        return open_suite(settings, held_out, out / "strength")
+    except ConfigError as e:
+        raise SystemExit(f"rookworld: {e}") from None
 
 
 def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out: Path,

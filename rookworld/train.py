@@ -63,7 +63,7 @@ from .run_dir import (
 )
 from .sampling import NonFiniteLogits, SamplingSettings
 from .strength import StrengthSuite, SuiteSettings, settings_from
-from .strength.puzzles import PuzzleFileError
+from .strength.suite import open_suite
 from .task_mix import Mixed
 
 EVAL_SAMPLES = "eval_samples.jsonl"  # each evaluation's per-sample values (paired intervals)
@@ -280,7 +280,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     except ValueError as e:
         raise ConfigError(str(e)) from None
     pools, eval_samples = load_data(cfg, parts, run_dir)
-    suite = strength_suite(parts.strength, eval_samples, run_dir)  # reads its puzzle file
+    suite = open_suite(parts.strength, eval_samples, run_dir / "strength")  # reads its puzzles
     if not cfg.resume:  # the config a later `resume=` continues with (Hydra may overwrite .hydra/)
         atomic_write_text(run_dir / RUN_CONFIG, redact(OmegaConf.to_yaml(cfg)))
     if cfg.dry_run:
@@ -332,19 +332,6 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
     if not main:  # rank 0 writes the outcome
         return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
-
-
-def strength_suite(settings: SuiteSettings | None, eval_samples, run_dir: Path
-                   ) -> StrengthSuite | None:
-    """The `strength` group's suite over the held-out P positions, writing under
-    run_dir/strength/; None when every measure is off."""
-    if settings is None or not settings.enabled:
-        return None
-    try:
-        return StrengthSuite(settings, [s.truth.fen for s in eval_samples if s.task == "P"],
-                             run_dir / "strength")
-    except (PuzzleFileError, ValueError, OSError) as e:
-        raise ConfigError(f"strength: {e}") from None
 
 
 def record_choices(cfg: DictConfig, chosen: dict, run_dir: Path, main: bool) -> None:

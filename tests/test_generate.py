@@ -88,11 +88,40 @@ def test_p_kinds_choose_positions_in_check_and_only_move_positions_by_their_shar
     run(_cfg(tmp_path / "b", tmp_path / "cache_b", *kinds))  # deterministic, fresh cache
     assert (tmp_path / "a/train.jsonl.gz").read_bytes() == \
         (tmp_path / "b/train.jsonl.gz").read_bytes()
-    with pytest.raises(ValueError, match="p_kinds"):
-        run(_cfg(tmp_path / "c", tmp_path / "cache", "p_kinds.check=0.8",
-                 "p_kinds.only_move=0.5"))
 
 
 def test_only_move_needs_the_best_move_a_gap_ahead_of_the_second():
     assert only_move([0.2, 1.9, -3.0], 1.5) and not only_move([0.5, 1.9, -3.0], 1.5)
     assert not only_move([999.99], 0.5)  # one legal move: nothing to choose
+
+
+def test_kind_shares_never_choose_more_positions_than_asked():
+    import random
+
+    from rookworld.chess_tasks.stockfish_pool import Analysis
+    from rookworld.data.positions import Position
+    from rookworld.data.select import policy_positions
+
+    in_check = "4k3/8/8/8/8/8/4q3/4K3 w - - 0 1"
+    quiet = [f"4k3/8/8/8/8/8/8/{row} w - - 0 1" for row in ("K7", "1K6", "2K5", "3K4")]
+    fresh = [Position(f, "endgame", 0, i, (), "x") for i, f in enumerate([in_check, *quiet])]
+
+    def labels_for(fens):  # every position an only-move one
+        return {f: Analysis(("a", "b"), (2.0, 0.0), "test") for f in fens}
+
+    for n in (3, 5):
+        chosen, kinds = policy_positions(fresh, n, {"endgame": 1.0},
+                                         {"check": 0.5, "only_move": 0.5}, 1.0, labels_for,
+                                         random.Random(0))
+        assert len(chosen) == n and len(kinds) <= n
+        assert [kinds[p.key] for p in chosen if p.fen == in_check] == ["check"]
+
+
+def test_kind_shares_are_checked_before_any_game_is_played(tmp_path):
+    for bad, match in ((["p_kinds.check=0.8", "p_kinds.only_move=0.5"], "sum to <= 1"),
+                       (["p_kinds.only_move=0.2", "only_move_gap=0"], "only_move_gap"),
+                       (["p_kinds.only_move=0.2", "engine.multipv=1"], "multipv"),
+                       (["+p_kinds.pinned=0.1"], "unknown kind")):
+        with pytest.raises(ValueError, match=match):
+            run(_cfg(tmp_path / "x", tmp_path / "cache", *bad))
+        assert not (tmp_path / "cache").exists()

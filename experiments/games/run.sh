@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Episode GRPO (task_mix=games and its variants) against single-position GRPO (the README's
 # first command) on the embedded model, seeds 0, 1, 2, each with the fast strength suite in
-# its before/after table. Runs already finished (outcome.json) are skipped.
+# its before/after table. Runs that succeeded (outcome.json) are skipped.
 # Usage: bash experiments/games/run.sh <steps of the episode arms> [output dir] [arm ...]
 #   arms: positions (the README's first command), games (self-play, python-chess as the
 #   environment), model_env (task_mix.env=model), random (task_mix.opponent=random);
@@ -27,7 +27,7 @@ for arm in "${arms[@]}"; do
   for s in 0 1 2; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
-    [ -f "$run/outcome.json" ] && continue
+    grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
     t=$SECONDS
     $py -m rookworld.train seed=$s "${extra[@]}" hydra.run.dir="$run" > "$run.log" 2>&1
     echo "$arm seed $s: $((SECONDS - t)) s" | tee -a "$out/times.txt"

@@ -44,10 +44,10 @@ def main() -> None:
     keep = len(only) if args.others is None else args.others
     rows = only + others[:keep] + env
     rng.shuffle(rows)
-    with gzip.open(args.out, "wt") as f:
-        f.writelines(r + "\n" for r in rows)
+    Path(args.out).write_bytes(gzip.compress("".join(r + "\n" for r in rows).encode(),
+                                             mtime=0))  # the same bytes from every run
     p = len(only) + min(keep, len(others))
-    print(f"{args.out}: {p} P ({len(only) / p:.1%} only-move at gap {args.gap:g}), "
+    print(f"{args.out}: {p} P ({len(only) / max(p, 1):.1%} only-move at gap {args.gap:g}), "
           f"{len(env)} A")
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Levers for playing strength: the README's first command with one lever changed, seeds 0, 1,
-# 2, every run's before/after table measuring strength on all 1,000 bundled puzzles and 500
-# held-out positions' centipawn loss (the fast suite's games as they are). Runs already
-# finished (outcome.json) are skipped.
+# 2, every run's before/after table measuring strength on the first 1,000 of the bundled
+# puzzles and the centipawn loss of 500 held-out positions (the fast suite's games as they
+# are). Runs that succeeded (outcome.json) are skipped.
 # Usage: bash experiments/strength_levers/run.sh [output dir] [arm ...]
 #   arms: default (the README's first command), only_moves_best (puzzle-like training
 #   positions, only_moves.py, and the engine's best move weighted in the reward).
@@ -28,7 +28,7 @@ for arm in "${arms[@]}"; do
   for s in 0 1 2; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
-    [ -f "$run/outcome.json" ] && continue
+    grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
     t=$SECONDS
     $py -m rookworld.train seed=$s "${measure[@]}" "${extra[@]}" hydra.run.dir="$run" \
       > "$run.log" 2>&1

@@ -78,10 +78,16 @@ def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label
         "## Time (measured by this run)", "",
         f"- playing games: {timing['games_s']:.1f} s (0 when read from the cache)",
         f"- P labelling: {labelled} new positions in {label_s:.1f} s ({rate} positions/s); "
-        f"{timing.get('cached', 0)} read from the cache",
+        f"{timing.get('cached', 0)} read from the cache"
+        + (" (including the only-move candidates labelled and not chosen)"
+           if _p_kinds_on(cfg) else ""),
         f"- whole run: {timing['total_s']:.1f} s", "",
         "Config:", "", "```yaml", OmegaConf.to_yaml(cfg).rstrip(), "```", ""]
     path.write_text("\n".join(lines) + _kept_notes(path))
+
+
+def _p_kinds_on(cfg) -> bool:
+    return bool(cfg.get("p_kinds") and cfg.p_kinds.get("only_move"))
 
 
 def _kept_notes(path: Path) -> str:

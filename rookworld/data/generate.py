@@ -28,7 +28,7 @@ from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from .card import write_card
 from .games import GameStyle, play_games
 from .positions import Position, game_positions
-from .select import env_samples, policy_positions, policy_samples
+from .select import check_p_kinds, env_samples, policy_positions, policy_samples
 from .splits import split_of
 
 
@@ -89,8 +89,7 @@ def build_split(split: str, positions: list[Position], labels_for, cfg, rng) -> 
         if p.played and p.key not in seen:
             seen.add(p.key)
             fresh.append(p)
-    chosen, kind_of = policy_positions(fresh, counts.P, shares,
-                                       OmegaConf.to_container(cfg.get("p_kinds", {})),
+    chosen, kind_of = policy_positions(fresh, counts.P, shares, _p_kinds(cfg),
                                        cfg.get("only_move_gap", 1.0), labels_for, rng)
     labels = labels_for([p.fen for p in chosen])
     samples = policy_samples(chosen, labels, cfg.seed, kind_of)
@@ -99,12 +98,17 @@ def build_split(split: str, positions: list[Position], labels_for, cfg, rng) -> 
     return samples
 
 
+def _p_kinds(cfg) -> dict:
+    return OmegaConf.to_container(cfg.p_kinds) if cfg.get("p_kinds") else {}
+
+
 def write_jsonl_gz(path: Path, samples) -> None:
     lines = "".join(json.dumps(s.to_json()) + "\n" for s in samples)
     path.write_bytes(gzip.compress(lines.encode(), mtime=0))
 
 
 def run(cfg: DictConfig) -> dict:
+    check_p_kinds(_p_kinds(cfg), cfg.get("only_move_gap", 1.0), cfg.engine.multipv)
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)

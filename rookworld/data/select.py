@@ -57,17 +57,29 @@ def only_move(evals, gap: float) -> bool:
     return len(top) >= 2 and top[0] - top[1] >= gap
 
 
+def check_p_kinds(kinds: dict, gap: float, multipv: int) -> None:
+    """ValueError for shares of unknown kinds, outside [0, 1] or summing past 1, a gap <= 0,
+    or only-move positions asked of labels with fewer than two moves (multipv < 2)."""
+    if unknown := set(kinds) - set(P_KINDS):
+        raise ValueError(f"p_kinds: unknown kind(s) {sorted(unknown)}; known: {list(P_KINDS)}")
+    if any(not isinstance(v, int | float) or not 0 <= v <= 1 for v in kinds.values()) \
+            or sum(kinds.values()) > 1:
+        raise ValueError(f"p_kinds: shares must lie in [0, 1] and sum to <= 1, got {kinds}")
+    if kinds.get("only_move") and not gap > 0:
+        raise ValueError(f"only_move_gap must be > 0 pawns, got {gap}")
+    if kinds.get("only_move") and multipv < 2:
+        raise ValueError("p_kinds.only_move needs two labelled moves a position: engine.multipv "
+                         f">= 2, got {multipv}")
+
+
 def policy_positions(fresh: list[Position], n: int, shares: dict, kinds: dict, gap: float,
                      labels_for, rng: random.Random) -> tuple[list[Position], dict[str, str]]:
     """Up to n P positions and the kind of those chosen for one: round(n x kinds["check"])
     whose side to move is in check and round(n x kinds["only_move"]) that are only-move
     positions at `gap` (found by labelling shuffled candidates LABEL_CHUNK at a time), each
-    kind phase-stratified among its candidates, the rest phase-stratified as without kinds.
-    With every share 0 the choice is `stratified(fresh, n, shares, rng)`, draw for draw."""
-    if unknown := set(kinds) - set(P_KINDS):
-        raise ValueError(f"p_kinds: unknown kind(s) {sorted(unknown)}; known: {list(P_KINDS)}")
-    if any(not 0 <= v <= 1 for v in kinds.values()) or sum(kinds.values()) > 1:
-        raise ValueError(f"p_kinds: shares must lie in [0, 1] and sum to <= 1, got {kinds}")
+    kind phase-stratified among its candidates, the rest phase-stratified as without kinds
+    (they also fill a kind's shortfall, which is printed). With every share 0 the choice is
+    `stratified(fresh, n, shares, rng)`, draw for draw. `check_p_kinds` checks the shares."""
     if not any(kinds.values()):
         return stratified(fresh, n, shares, rng), {}
     kind_of: dict[str, str] = {}
@@ -75,10 +87,17 @@ def policy_positions(fresh: list[Position], n: int, shares: dict, kinds: dict, g
     def left() -> list[Position]:
         return [p for p in fresh if p.key not in kind_of]
 
+    def short(kind: str, want: int) -> None:
+        got = sum(k == kind for k in kind_of.values())
+        if got < want:
+            print(f"[rookworld] p_kinds.{kind}: {got} of {want} positions found; positions "
+                  "drawn by phase fill the rest", flush=True)
+
     if want := round(n * kinds.get("check", 0)):
         in_check = [p for p in fresh if chess.Board(p.fen).is_check()]
         kind_of |= {p.key: "check" for p in stratified(in_check, want, shares, rng)}
-    if want := round(n * kinds.get("only_move", 0)):
+        short("check", want)
+    if want := min(round(n * kinds.get("only_move", 0)), n - len(kind_of)):
         cands, found = left(), []
         rng.shuffle(cands)
         for i in range(0, len(cands), LABEL_CHUNK):
@@ -88,6 +107,7 @@ def policy_positions(fresh: list[Position], n: int, shares: dict, kinds: dict, g
             if len(found) >= want * 2:  # enough to stratify among
                 break
         kind_of |= {p.key: "only_move" for p in stratified(found, want, shares, rng)}
+        short("only_move", want)
     chosen = [p for p in fresh if p.key in kind_of]
     return chosen + stratified(left(), n - len(chosen), shares, rng), kind_of
 

@@ -86,6 +86,22 @@ def settings_from(node) -> SuiteSettings:
     return SuiteSettings(**data)
 
 
+def open_suite(settings: SuiteSettings | None, eval_samples, out_dir: str | Path
+               ) -> StrengthSuite | None:
+    """The suite over the P positions of eval_samples, writing under out_dir; None when
+    there are no settings or every measure is off. ConfigError ('strength: ...') for a
+    puzzle or openings file it cannot read."""
+    from ..errors import ConfigError
+    from .puzzles import PuzzleFileError
+    if settings is None or not settings.enabled:
+        return None
+    try:
+        return StrengthSuite(settings, [s.truth.fen for s in eval_samples if s.task == "P"],
+                             out_dir)
+    except (PuzzleFileError, ValueError, OSError) as e:
+        raise ConfigError(f"strength: {e}") from None
+
+
 class StrengthSuite:
     """Reads the puzzles and openings once and keeps its engines (the ACPL pool, the
     engine opponent) open between evaluations; close() ends them (a context manager)."""
