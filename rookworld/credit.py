@@ -7,6 +7,12 @@ slot j (the j-th listed move, or the best move) of a group's rows is compared wi
 of the group's other rows that have one. Every other token (fields, evals, padding) keeps
 the sequence advantage, and so do rows of other tasks and P rows without the three fields
 throughout.
+
+A legal `B:` move can also carry its engine quality (`algorithm.move_quality` > 0): its
+slot's value is 1 + move_quality x `labelled_quality`, the move's loss against the engine's
+best read from the sample's own labels, so that among legal best moves the better ones are
+pushed up. Without it the sequence reward's engine parts never reach the `B:` move's
+characters, which move credit gives to legality alone.
 """
 
 from __future__ import annotations
@@ -17,9 +23,27 @@ import re
 import torch
 from torch import Tensor
 
+from .chess_tasks import PolicyTruth
 from .chess_tasks.policy import field_starts
 from .grpo import normalise_groups
 from .rewards.parts import legal_moves
+
+MAX_LOSS = 3.0  # pawns of loss at which a labelled move's quality reaches 0 (reward=engine's)
+
+
+def labelled_quality(truth: PolicyTruth, move: str, max_loss: float = MAX_LOSS) -> float:
+    """1 - min(loss, max_loss) / max_loss for a move among the sample's labelled engine
+    moves, where loss = the highest labelled eval - the move's (pawns, side to move's
+    view); 0 for any other move (its loss is at least the last labelled move's, unknown).
+
+    >>> t = PolicyTruth("8/8/8/8/8/8/4k3/K7 w - - 0 1", ("a1b1", "a1a2"), (0.5, -1.0), "a1b1")
+    >>> labelled_quality(t, "a1b1"), labelled_quality(t, "a1a2"), labelled_quality(t, "a1b2")
+    (1.0, 0.5, 0.0)
+    """
+    if move not in truth.moves or not truth.evals:
+        return 0.0
+    loss = max(truth.evals) - truth.evals[truth.moves.index(move)]
+    return 1.0 - min(max(loss, 0.0), max_loss) / max_loss
 
 
 def move_spans(completion: str) -> list[tuple[str, int, int, str]]:
@@ -60,13 +84,15 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
 
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
-                    min_std: float = 1e-4) -> Tensor:
+                    min_std: float = 1e-4, best_bonus: list[float] | None = None) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
-    ends: each row's `token_ends`. A slot's advantage is (legal - mean) / max(std, min_std)
-    over the rows of its group that have that slot (0 when they all agree); a slot only one
-    row of its group has keeps that row's sequence advantage."""
+    ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
+    the `B:` slot of row i, when legal, 1 + best_bonus[i]; its advantage is
+    (value - mean) / max(std, min_std) over the rows of its group that have that slot (0
+    when they all agree); a slot only one row of its group has keeps that row's sequence
+    advantage."""
     out = seq_adv.float()[:, None].repeat(1, width)
     for g in range(0, len(texts), group):
         slots: dict[str, list[tuple[int, int, int, float]]] = {}
@@ -75,7 +101,10 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                 continue
             legal = legal_moves(fens[i])
             for slot, a, b, move in move_spans(texts[i]):
-                slots.setdefault(slot, []).append((i, a, b, float(move in legal)))
+                value = float(move in legal)
+                if slot == "B" and value and best_bonus is not None:
+                    value += best_bonus[i]
+                slots.setdefault(slot, []).append((i, a, b, value))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
             values = torch.tensor([[r[3] for r in rows]])
             adv = normalise_groups(values, "group", min_std, shift=False)
@@ -87,10 +116,12 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
 
 class MoveCredit:
     """Move credit for the rollouts of one tokenizer (`algorithm.credit=moves`); it keeps
-    each token's decoded length (`token_ends`' cache) across steps."""
+    each token's decoded length (`token_ends`' cache) across steps. move_quality: weight of
+    a legal `B:` move's `labelled_quality` in its slot's value (0 = legality alone)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, move_quality: float = 0.0):
         self.tokenizer, self.lengths = tokenizer, {}
+        self.move_quality = float(move_quality)
 
     def __call__(self, seq_adv: Tensor, rows, texts: list[str], rollout, group: int) -> Tensor:
         """A rollout's [N] sequence advantages -> [N, T] with move credit, on their device
@@ -99,5 +130,17 @@ class MoveCredit:
         ends = [token_ends(self.tokenizer, ids[:int(n)], self.lengths) if fen else []
                 for ids, n, fen in zip(rollout.completion_ids.tolist(),
                                        rollout.completion_mask.sum(-1).tolist(), fens)]
+        bonus = None
+        if self.move_quality:
+            bonus = [self.move_quality * labelled_quality(s.truth, best) if s.task == "P"
+                     and (best := _best_move(text)) is not None else 0.0
+                     for s, text in zip(rows, texts)]
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
-                               rollout.completion_ids.shape[1]).to(seq_adv.device)
+                               rollout.completion_ids.shape[1],
+                               best_bonus=bonus).to(seq_adv.device)
+
+
+def _best_move(text: str) -> str | None:
+    """The `B:` move of a P completion, None without the fields."""
+    spans = [s for s in move_spans(text) if s[0] == "B"]
+    return spans[0][3] if spans else None

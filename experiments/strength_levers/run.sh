@@ -4,8 +4,11 @@
 # puzzles and the centipawn loss of 500 held-out positions (the fast suite's games as they
 # are). Runs that succeeded (outcome.json) are skipped.
 # Usage: bash experiments/strength_levers/run.sh [output dir] [arm ...]
-#   arms: default (the README's first command), only_moves_best (puzzle-like training
-#   positions, only_moves.py, and the engine's best move weighted in the reward).
+#   arms: default (the README's first command); only_moves_best (puzzle-like training
+#   positions, only_moves.py, and the engine's best move weighted in the reward); quality
+#   (a legal B: move's labelled engine quality in its move credit); only_moves_quality
+#   (both the puzzle-like positions and that credit).
+# SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-outputs/strength_levers}
@@ -15,17 +18,22 @@ arms=("$@")
 py=.venv/bin/python
 mkdir -p "$out"
 measure=(strength.puzzles=1000 strength.acpl_positions=500)
+only_moves() {  # the only-move training file, made once per output dir
+  [ -f "$out/only_moves.jsonl.gz" ] || \
+    $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz" >&2
+  realpath "$out/only_moves.jsonl.gz"
+}
 for arm in "${arms[@]}"; do
   case $arm in
     default) extra=() ;;
     only_moves_best)
-      [ -f "$out/only_moves.jsonl.gz" ] || \
-        $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz"
-      extra=("data.train=$(realpath "$out/only_moves.jsonl.gz")" reward.policy_weights.best=0.5
+      extra=("data.train=$(only_moves)" reward.policy_weights.best=0.5
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
+    quality) extra=(algorithm.move_quality=1.0) ;;
+    only_moves_quality) extra=("data.train=$(only_moves)" algorithm.move_quality=1.0) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
-  for s in 0 1 2; do
+  for s in ${SEEDS:-0 1 2}; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
     grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
