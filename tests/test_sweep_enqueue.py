@@ -8,9 +8,10 @@ import uuid
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-from rookworld.config import compose
+from rookworld.config import CONF_DIR, compose
 from rookworld.sweeps import report
 from rookworld.sweeps.callbacks import enqueue_trials
 
@@ -86,6 +87,25 @@ def test_the_stability_search_queues_the_training_defaults():
     assert point["advantage"] == "group"  # the algorithm's own group advantages, by name
     assert point["algorithm"] == "grpo"  # conf/train.yaml's default algorithm
     assert compose(["advantage=group"]).algorithm.advantage == train.algorithm.advantage
+
+
+def test_the_strength_search_queues_the_training_defaults_inside_its_space():
+    """The queued point of the strength search is what `python -m rookworld.train` runs, and
+    it lies inside the searched space (else the study would hold no reference)."""
+    from rookworld.sweeps.callbacks import outside, searched_distributions
+    train = compose([])
+    cfg = compose(["hparams_search=strength"])
+    (point,) = cfg.sweep.enqueue
+    weights = train.reward.policy_weights
+    assert point["reward.policy_weights.best"] == weights.best
+    assert point["reward.policy_weights.top5"] == weights.top5
+    assert point["optim.lr"] == train.optim.lr and point["kl.beta"] == train.kl.beta
+    assert point["sampler.temperature"] == train.sampler.temperature
+    assert point["num_generations"] == train.num_generations
+    assert cfg.sweep.objective == "eval/strength/puzzles_first" and cfg.sweep.replicas >= 2
+    assert train.num_generations * train.prompts_per_step == cfg.batch_size
+    params = OmegaConf.load(CONF_DIR / "hparams_search" / "strength.yaml").hydra.sweeper.params
+    assert outside(dict(point), searched_distributions(dict(params))) == ""
 
 
 def test_a_sweep_runs_the_queued_defaults_first_and_reports_them(tiny_overrides, tmp_path):
