@@ -99,6 +99,7 @@ def test_the_strength_search_queues_the_training_defaults_inside_its_space():
     weights = train.reward.policy_weights
     assert point["reward.policy_weights.best"] == weights.best
     assert point["reward.policy_weights.top5"] == weights.top5
+    assert point["algorithm.move_quality"] == train.algorithm.move_quality
     assert point["optim.lr"] == train.optim.lr and point["kl.beta"] == train.kl.beta
     assert point["sampler.temperature"] == train.sampler.temperature
     assert point["num_generations"] == train.num_generations
