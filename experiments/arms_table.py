@@ -1,7 +1,9 @@
 """Each arm's change (final - start) per seed on the held-out and fast strength measures,
 from the runs' own before/after evaluations (outcome.json), with each run's paired ~95%
-interval (1.96 x eval_dse), then the arm's mean over its seeds with a 95% t interval over
-the seeds (run-to-run spread).
+interval (1.96 x eval_dse; for a measure without a paired standard error, as the centipawn
+loss over each model's own legal answers, 1.96 x the two evaluations' standard errors
+added in quadrature, as the run's own table prints), then the arm's mean over its seeds
+with a 95% t interval over the seeds (run-to-run spread).
 
     python experiments/arms_table.py outputs/games_study positions games
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from paired_table import seed_interval
 
-MEASURES = ("P/best_legal", "P/legal", "P/top5", "P/eval_error", "A/fen_exact",
+MEASURES = ("P/best_legal", "P/legal", "P/best", "P/top5", "P/eval_error", "A/fen_exact",
             "strength/puzzles_first", "strength/puzzles_illegal", "strength/random_score",
             "strength/selfplay_plies", "strength/selfplay_plies_median", "strength/acpl")
 
@@ -28,6 +30,8 @@ def change(run: Path, measure: str) -> tuple[float, float | None] | None:
     if key not in first or key not in last:
         return None
     dse = last.get(f"eval_dse/{measure}")
+    if dse is None and f"eval_se/{measure}" in first and f"eval_se/{measure}" in last:
+        dse = (first[f"eval_se/{measure}"] ** 2 + last[f"eval_se/{measure}"] ** 2) ** 0.5
     return last[key] - first[key], None if dse is None else 1.96 * dse
 
 

@@ -7,7 +7,8 @@
 #   arms: default (the README's first command); only_moves_best (puzzle-like training
 #   positions, only_moves.py, and the engine's best move weighted in the reward); quality
 #   (a legal B: move's labelled engine quality in its move credit); only_moves_quality
-#   (both the puzzle-like positions and that credit).
+#   (both the puzzle-like positions and that credit); quality4 (that credit weighing the
+#   engine quality four times a move's legality).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +31,7 @@ for arm in "${arms[@]}"; do
       extra=("data.train=$(only_moves)" reward.policy_weights.best=0.5
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
     quality) extra=(algorithm.move_quality=1.0) ;;
+    quality4) extra=(algorithm.move_quality=4.0) ;;
     only_moves_quality) extra=("data.train=$(only_moves)" algorithm.move_quality=1.0) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
