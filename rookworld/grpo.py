@@ -18,6 +18,7 @@ Papers behind the variants:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -464,8 +465,10 @@ class Algorithm:
                              f"{', '.join(KL_ESTIMATOR_NAMES)}, got {self.kl_estimator!r}")
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
-        if self.move_quality < 0 or (self.move_quality and self.credit != "moves"):
-            raise ValueError(f"algorithm.move_quality={self.move_quality} must be >= 0, and "
+        if not math.isfinite(self.move_quality) or self.move_quality < 0 or (
+                self.move_quality and self.credit != "moves"):
+            raise ValueError(f"algorithm.move_quality={self.move_quality} must be finite and "
+                             ">= 0, and "
                              "above 0 only with algorithm.credit=moves (it weighs the B: "
                              "move's slot in move credit)")
         if self.critic is not None and self.credit != "sequence":

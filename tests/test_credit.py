@@ -1,6 +1,8 @@
 """Move credit (`algorithm.credit=moves`): each P move's characters carry the advantage of
 its own legality within its group; everything else keeps the sequence advantage."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -116,35 +118,42 @@ def test_the_engine_trains_on_move_credit(tiny_overrides, backend):
 
 
 def test_move_quality_ranks_legal_best_moves_by_their_labelled_loss():
-    """All three B: moves are legal: legality alone gives them no signal; with
-    move_quality the labelled best is pushed up, the worse labelled move and the
-    unlabelled one down, and the listed moves keep their legality's advantage."""
-    rows = [policy_sample(START, ("e2e4", "d2d4"), (0.3, -2.7))] * 3
+    """Four P rows of one position and an A row: the labelled best, a labelled move 1.5
+    pawns worse (quality 0.5), an unlabelled legal move and an illegal one. Legality alone
+    separates only the illegal move; with move_quality the legal B: moves are ranked by
+    their labelled quality, the illegal one stays lowest, the listed moves keep their
+    legality's advantage and the A row its sequence advantage."""
+    p = policy_sample(START, ("e2e4", "d2d4"), (0.3, -1.2))
+    env = "8/8/8/8/8/8/8/8 w - - 0 1+0+0+0"
+    rows = [p] * 4 + [SimpleNamespace(task="A", truth=None)]
     texts = [" M: e2e4  E: 0.3  B: e2e4", " M: e2e4  E: 0.3  B: d2d4",
-             " M: e2e4  E: 0.3  B: g1f3"]
+             " M: e2e4  E: 0.3  B: g1f3", " M: e2e4  E: 0.3  B: e2e5", env]
     tok = build_char_tokenizer()
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     width = max(map(len, ids))
     comp = torch.tensor([i + [0] * (width - len(i)) for i in ids])
     mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])
-    r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(3, width),
-                torch.zeros(3, dtype=torch.bool))
-    seq = torch.tensor([0.1, 0.2, 0.3])
-    plain = credit.MoveCredit(tok)(seq, rows, texts, r, 3)
-    ranked = credit.MoveCredit(tok, move_quality=1.0)(seq, rows, texts, r, 3)
-    b = [dict((s, (a, e)) for s, a, e, _ in credit.move_spans(t))["B"] for t in texts]
-    assert all(plain[i, a:e].eq(0).all() for i, (a, e) in enumerate(b))  # all legal
-    # values 2, 1.0 (loss 3 pawns: quality 0) and 1 (unlabelled): best up, the others down
-    assert ranked[0, b[0][0]:b[0][1]].gt(0).all()
-    assert ranked[1, b[1][0]:b[1][1]].lt(0).all() and ranked[2, b[2][0]:b[2][1]].lt(0).all()
-    assert torch.equal(ranked[:, :b[0][0]], plain[:, :b[0][0]])  # fields and listed moves
+    r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(5, width),
+                torch.zeros(5, dtype=torch.bool))
+    seq = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5])
+    plain = credit.MoveCredit(tok)(seq, rows, texts, r, 5)
+    ranked = credit.MoveCredit(tok, move_quality=1.0)(seq, rows, texts, r, 5)
+    b = [dict((s, (a, e)) for s, a, e, _ in credit.move_spans(t))["B"] for t in texts[:4]]
+    plain_b = [plain[i, a].item() for i, (a, _) in enumerate(b)]
+    ranked_b = [ranked[i, a].item() for i, (a, _) in enumerate(b)]
+    assert plain_b[0] == plain_b[1] == plain_b[2] > plain_b[3]  # legality only
+    # slot values 2, 1.5, 1 and 0: strictly in that order
+    assert ranked_b[0] > ranked_b[1] > ranked_b[2] > ranked_b[3]
+    assert torch.equal(ranked[:4, :b[0][0]], plain[:4, :b[0][0]])  # fields and listed moves
+    assert ranked[4, :len(env)].eq(0.5).all()  # the A row: its sequence advantage
 
 
 def test_move_quality_needs_move_credit():
     from rookworld.grpo import Algorithm
     with pytest.raises(ValueError, match="move_quality"):
         Algorithm(credit="sequence", move_quality=0.5)
-    with pytest.raises(ValueError, match="move_quality"):
-        Algorithm(credit="moves", move_quality=-1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="move_quality"):
+            Algorithm(credit="moves", move_quality=bad)
     assert Algorithm(credit="moves", move_quality=0.5).move_quality == 0.5
     assert compose(["algorithm.move_quality=0.5"]).algorithm.move_quality == 0.5

@@ -4,6 +4,7 @@ import doctest
 
 import pytest
 
+import rookworld.credit
 import rookworld.rewards.binary
 import rookworld.rewards.curriculum
 import rookworld.rewards.parts
@@ -23,7 +24,7 @@ T = PolicyTruth(KINGS, ("a1b1", "a1a2"), (-0.1, -0.3), "a1b1")
 
 
 @pytest.mark.parametrize("module", [rookworld.rewards.parts, rookworld.rewards.binary,
-                                    rookworld.rewards.curriculum])
+                                    rookworld.rewards.curriculum, rookworld.credit])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -1,6 +1,7 @@
 """What kind of move the model answers a puzzle with, before and after a run: the share of
 its legal first answers that capture and that give check, beside the share of the puzzles'
-solutions that capture, each with its ~95% interval. Read from the strength suite's
+solutions that capture, and the share of its illegal answers (a move in UCI that is not
+legal) that land on an opponent's piece, each with its ~95% interval. Read from the strength suite's
 per-puzzle answers (<run>/strength/start/strength.json and the final step's).
 
     python experiments/strength_levers/answer_kinds.py outputs/strength_levers/quality/seed0 ...
@@ -27,7 +28,7 @@ def puzzle_positions() -> dict[str, tuple[chess.Board, chess.Move]]:
 def kinds(report: Path, puzzles: dict) -> dict[str, float]:
     """Shares over one strength.json's free-mode puzzle answers."""
     rows = json.loads(report.read_text())["free"]["puzzles"]["rows"]
-    legal = capture = check = solution_capture = 0
+    legal = capture = check = solution_capture = answered = onto_piece = 0
     for row in rows:
         board, solution = puzzles[row["id"]]
         solution_capture += board.is_capture(solution)
@@ -39,7 +40,12 @@ def kinds(report: Path, puzzles: dict) -> dict[str, float]:
             legal += 1
             capture += board.is_capture(move)
             check += board.gives_check(move)
+        elif move is not None:  # an illegal move: does it land on an opponent's piece?
+            answered += 1
+            target = board.piece_at(move.to_square)
+            onto_piece += target is not None and target.color != board.turn
     return {"legal": (legal, len(rows)), "capture": (capture, legal), "check": (check, legal),
+            "illegal_onto_piece": (onto_piece, answered),
             "solution_capture": (solution_capture, len(rows))}
 
 
@@ -52,13 +58,15 @@ def share(count: tuple[int, int]) -> str:
 
 def main(runs: list[str]) -> None:
     puzzles = puzzle_positions()
-    print("| run | legal answers | of them captures | of them checks | solutions that capture |")
-    print("|---|---|---|---|---|")
+    print("| run | legal answers | of them captures | of them checks "
+          "| illegal answers onto an opponent's piece | solutions that capture |")
+    print("|---|---|---|---|---|---|")
     for run in map(Path, runs):
-        final = sorted((run / "strength").glob("step-*"))[-1]
+        final = max((run / "strength").glob("step-*"), key=lambda p: int(p.name[5:]))
         before, after = (kinds(p / "strength.json", puzzles) for p in
                          (run / "strength" / "start", final))
-        cells = [f"{share(before[k])} -> {share(after[k])}" for k in ("legal", "capture", "check")]
+        cells = [f"{share(before[k])} -> {share(after[k])}"
+                 for k in ("legal", "capture", "check", "illegal_onto_piece")]
         print(f"| {run} | " + " | ".join(cells) + f" | {share(before['solution_capture'])} |")
 
 

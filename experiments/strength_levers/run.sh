@@ -21,7 +21,7 @@ mkdir -p "$out"
 measure=(strength.puzzles=1000 strength.acpl_positions=500)
 only_moves() {  # the only-move training file, made once per output dir
   [ -f "$out/only_moves.jsonl.gz" ] || \
-    $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz" >&2
+    $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz" >&2 || exit 1
   realpath "$out/only_moves.jsonl.gz"
 }
 for arm in "${arms[@]}"; do
