@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -84,12 +85,13 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
 
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
-                    min_std: float = 1e-4, best_bonus: list[float] | None = None) -> Tensor:
+                    min_std: float = 1e-4,
+                    best_bonus: Callable[[int, str], float] | None = None) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
     ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
-    the `B:` slot of row i, when legal, 1 + best_bonus[i]; its advantage is
+    the `B:` slot of row i, when its move m is legal, 1 + best_bonus(i, m); its advantage is
     (value - mean) / max(std, min_std) over the rows of its group that have that slot (0
     when they all agree); a slot only one row of its group has keeps that row's sequence
     advantage."""
@@ -103,7 +105,7 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
             for slot, a, b, move in move_spans(texts[i]):
                 value = float(move in legal)
                 if slot == "B" and value and best_bonus is not None:
-                    value += best_bonus[i]
+                    value += best_bonus(i, move)
                 slots.setdefault(slot, []).append((i, a, b, value))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
             values = torch.tensor([[r[3] for r in rows]])
@@ -130,17 +132,8 @@ class MoveCredit:
         ends = [token_ends(self.tokenizer, ids[:int(n)], self.lengths) if fen else []
                 for ids, n, fen in zip(rollout.completion_ids.tolist(),
                                        rollout.completion_mask.sum(-1).tolist(), fens)]
-        bonus = None
-        if self.move_quality:
-            bonus = [self.move_quality * labelled_quality(s.truth, best) if s.task == "P"
-                     and (best := _best_move(text)) is not None else 0.0
-                     for s, text in zip(rows, texts)]
+        bonus = (lambda i, move: self.move_quality * labelled_quality(rows[i].truth, move)) \
+            if self.move_quality else None
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
                                rollout.completion_ids.shape[1],
                                best_bonus=bonus).to(seq_adv.device)
-
-
-def _best_move(text: str) -> str | None:
-    """The `B:` move of a P completion, None without the fields."""
-    spans = [s for s in move_spans(text) if s[0] == "B"]
-    return spans[0][3] if spans else None

@@ -467,10 +467,9 @@ class Algorithm:
             raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
         if not math.isfinite(self.move_quality) or self.move_quality < 0 or (
                 self.move_quality and self.credit != "moves"):
-            raise ValueError(f"algorithm.move_quality={self.move_quality} must be finite and "
-                             ">= 0, and "
-                             "above 0 only with algorithm.credit=moves (it weighs the B: "
-                             "move's slot in move credit)")
+            raise ValueError(f"algorithm.move_quality={self.move_quality} must be finite, "
+                             ">= 0, and above 0 only with algorithm.credit=moves (it weighs "
+                             "the B: move's slot in move credit)")
         if self.critic is not None and self.credit != "sequence":
             raise ValueError("algorithm.critic gives every token its own GAE advantage; "
                              "set algorithm.credit=sequence (move credit is GRPO's)")
