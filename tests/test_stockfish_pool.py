@@ -121,6 +121,17 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def test_engine_pool_survives_a_process_killed_just_before_a_search(engine_pool):
+    """python-chess reports this death as a cancelled command, not EngineTerminatedError."""
+    fen = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
+    expected = engine_pool(processes=1, depth=8).analyse(fen)
+    with EnginePool(processes=1, depth=8) as pool:
+        victim = pool.pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        assert pool.analyse(fen) == expected
+        assert pool.restarts == 1 and pool.pids()[0] != victim
+
+
 def test_engine_pool_survives_a_process_killed_mid_analysis(engine_pool):
     fen = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
     expected = engine_pool(processes=1, depth=14).analyse(fen)

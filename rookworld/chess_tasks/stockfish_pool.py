@@ -21,7 +21,7 @@ import os
 import queue
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import chess
@@ -151,12 +151,15 @@ class EnginePool:
 
     def _run(self, fn):
         """Run fn(engine) on a free engine; restart it and retry once if it died. A
-        search that the pool's closing cut short raises EngineTerminatedError."""
+        search that the pool's closing cut short raises EngineTerminatedError.
+
+        A process killed mid-search surfaces either as EngineTerminatedError or, when
+        python-chess sees the lost connection first, as a cancelled command future."""
         i = self._free.get()
         try:
             try:
                 result = fn(self._engines[i])
-            except chess.engine.EngineTerminatedError:
+            except (chess.engine.EngineTerminatedError, CancelledError):
                 self._restart(i)
                 result = fn(self._engines[i])
         finally:

@@ -15,7 +15,7 @@ import datetime
 import random
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +160,7 @@ class EngineOpponent:
                 return self._engines[i].play(board, chess.engine.Limit(time=self.seconds),
                                              game=game).move.uci()
             except (chess.engine.EngineTerminatedError, chess.engine.EngineError,
-                    TimeoutError):  # died, or hung past python-chess's timeout
+                    CancelledError, TimeoutError):  # died, or hung past python-chess's timeout
                 with self._lock:
                     self.restarts += 1
                 end_engine(self._engines[i], timeout=1.0)
