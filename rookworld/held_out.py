@@ -51,6 +51,12 @@ def dse_key(key: str) -> str:
     return f"{prefix}_dse/{rest}"
 
 
+def n_key(key: str) -> str:
+    """The sample-count key of a metric: eval/strength/acpl -> eval_n/strength/acpl."""
+    prefix, _, rest = key.partition("/")
+    return f"{prefix}_n/{rest}"
+
+
 def paired_se(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
     """{dse_key(k): standard error of the mean of after[k] - before[k]} for every key
     both hold over the same number of samples (per-sample values, as Evaluator fills)."""

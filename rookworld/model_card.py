@@ -5,7 +5,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from .held_out import INTERVAL_NOTE, with_interval
+from .held_out import INTERVAL_NOTE, n_key, with_interval
+from .strength.stats import wilson
 
 P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")
@@ -27,12 +28,26 @@ def _table(metrics: dict) -> str:
     return "\n".join(rows)
 
 
+# measures within [0, 1] (shares, game scores): Wilson intervals, honest at 0 of 40
+BOUNDED = {"puzzles_first", "puzzles_line", "puzzles_illegal", "random_score",
+           "random_illegal_loss", "engine_score", "engine_illegal_loss", "blunder",
+           "acpl_illegal"}
+
+
+def _strength_cell(metrics: dict, name: str, key: str) -> str:
+    n = metrics.get(n_key(key))
+    if name in BOUNDED and n:
+        lo, hi = wilson(metrics[key] * n, n)
+        return f"{metrics[key]:.3f} [{lo:.3f}, {hi:.3f}]"
+    return with_interval(metrics, key)
+
+
 def _strength_table(metrics: dict) -> str:
     rows = ["| measure | free (the model's own move) | masked (legal moves only) |",
             "|---|---|---|"]
     for k in STRENGTH_KEYS:
-        cells = [with_interval(metrics, key) if (key := f"eval/strength/{k}{suffix}") in metrics
-                 else "-" for suffix in ("", "_masked")]
+        cells = [_strength_cell(metrics, k, key) if (key := f"eval/strength/{k}{suffix}")
+                 in metrics else "-" for suffix in ("", "_masked")]
         if cells != ["-", "-"]:
             rows.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -149,15 +164,42 @@ def architecture(config, parameters: int) -> str:
             f"{first('n_positions', 'max_position_embeddings')} positions)")
 
 
+STRENGTH_NOTE = ("shares and game scores carry Wilson ~95% intervals, other means ± 1.96 "
+                 "standard errors over the games or positions")
+
+
+def strength_section(metrics: dict, source: str) -> str:
+    """The card's playing-strength section: the suite's measures (`eval/strength/...`,
+    as `StrengthSuite` returns them) with intervals, after `source`, a sentence saying
+    how and where they were measured."""
+    return (f"{source} The strength suite: `rookworld.strength`, docs/strength.md; "
+            f"{STRENGTH_NOTE}.\n\n{_strength_table(metrics)}")
+
+
 def _strength_section(report: dict) -> str:
     """The strength suite's measures of the final model (`strength=` of the last stage)."""
     if "strength" not in report:
         return ("not measured when the model was made (`strength=none`); `python -m "
                 "rookworld.evaluate suite=strength` measures it (docs/strength.md)")
-    return ("The strength suite (`rookworld.strength`, docs/strength.md) at the last stage's "
-            "`strength` sizes; ± = ~95% interval (1.96 standard errors of the mean over the "
-            "puzzles, games or positions).\n\n"
-            + _strength_table(report["strength"]))
+    return strength_section(report["strength"],
+                            "Measured at the end of the last stage, at its `strength` sizes.")
+
+
+def replace_strength_section(card: str, section: str) -> str:
+    """The card with its '## Playing strength' section's body replaced (inserted before
+    '## Compute curve' when the card has none)."""
+    head = "## Playing strength"
+    if head in card:
+        before, _, rest = card.partition(head)
+        nxt = rest.find("\n## ")
+        after = rest[nxt + 1:] if nxt >= 0 else ""
+    else:
+        before, sep, after = card.partition("## Compute curve")
+        if not sep:
+            raise ValueError("the card has neither a '## Playing strength' nor a "
+                             "'## Compute curve' section to place one before")
+        after = sep + after
+    return f"{before}{head}\n\n{section}\n\n{after}"
 
 
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
@@ -225,3 +267,33 @@ absolute eval error in pawns on matched moves (capped); A exact = whole completi
 the oracle's; fen_exact = next FEN exact; fen_similarity = per-square agreement; flags =
 terminated and truncated both right.
 """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write a strength evaluation (`python -m rookworld.evaluate suite=strength out=F`)
+    into a model card's '## Playing strength' section."""
+    import argparse
+    import json
+
+    from .files import atomic_write_text
+    ap = argparse.ArgumentParser(prog="python -m rookworld.model_card", description=main.__doc__)
+    ap.add_argument("evaluation", type=Path, help="the JSON that `evaluate out=F` wrote")
+    card = Path(__file__).parent / "assets" / "model" / "MODEL_CARD.md"
+    ap.add_argument("--card", type=Path, default=card,
+                    help="the card to update (default: the embedded model's)")
+    ap.add_argument("--source", required=True,
+                    help="one sentence: the command, code commit and host that measured it")
+    args = ap.parse_args(argv)
+    try:
+        metrics = json.loads(args.evaluation.read_text())["strength"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"model_card: {args.evaluation} holds no strength evaluation "
+                         f"(`evaluate suite=strength out=F` writes one): {e}") from None
+    card = args.card.read_text()
+    atomic_write_text(args.card, replace_strength_section(card, strength_section(metrics,
+                                                                                 args.source)))
+    print(f"[rookworld] wrote the playing-strength section of {args.card}")
+
+
+if __name__ == "__main__":
+    main()

@@ -73,6 +73,8 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
             assert 0 <= metrics[key] <= (12 if "plies" in name else 1)
         assert len(values[f"eval/strength/puzzles_first{mode}"]) == 6
         assert len(values[f"eval/strength/random_score{mode}"]) == 2
+        assert metrics[f"eval_n/strength/puzzles_first{mode}"] == 6
+        assert metrics[f"eval_n/strength/random_score{mode}"] == 2
     # the mask takes illegal B: moves out (an answer without a B: field stays unparseable)
     assert (metrics["eval/strength/puzzles_illegal_masked"]
             <= metrics["eval/strength/puzzles_illegal"])

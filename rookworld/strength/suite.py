@@ -4,10 +4,10 @@ for the model's own answers ("free") and with the B: move decoded along legal mo
 
 `StrengthSuite(settings, acpl_fens, out_dir)(policy, p_settings, label)` measures one
 model and returns flat metrics (`<prefix>/strength/<measure>[_masked]`, each mean with
-its standard error under the `_se` prefix, as `evaluation` names them, so the before/after
-table, W&B and sweeps read them like any held-out metric), their per-sample values
-(paired intervals between two evaluations) and a markdown report; the games go to PGN
-files under out_dir/<label>/.
+its standard error under the `_se` prefix and its count under `_n`, as `evaluation`
+names them, so the before/after table, W&B and sweeps read them like any held-out
+metric), their per-sample values (paired intervals between two evaluations) and a
+markdown report; the games go to PGN files under out_dir/<label>/.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import chess
 from tqdm import tqdm
 
 from ..files import atomic_write_text
-from ..held_out import mean_se, se_key
+from ..held_out import mean_se, n_key, se_key
 from . import stats
 from .acpl import BLUNDER_CP, CAP, move_losses
 from .games import START, EngineOpponent, RandomMover, play_games, read_openings, write_pgn
@@ -168,6 +168,7 @@ class StrengthSuite:
                     continue
                 key = f"{prefix}/strength/{name}{suffix}"
                 metrics[key], metrics[se_key(key)] = mean_se(vals)
+                metrics[n_key(key)] = len(vals)
                 if name not in UNPAIRED:
                     values[key] = vals
             for name, value in _flat_scalars(part).items():

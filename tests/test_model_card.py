@@ -1,0 +1,50 @@
+"""The model card's playing-strength section: intervals honest at 0 of n, and the command
+that writes a strength evaluation into a card."""
+
+import json
+
+import pytest
+
+from rookworld.model_card import main, replace_strength_section, strength_section
+
+METRICS = {"eval/strength/random_score": 0.0, "eval_se/strength/random_score": 0.0,
+           "eval_n/strength/random_score": 40,
+           "eval/strength/puzzles_first": 0.053, "eval_se/strength/puzzles_first": 0.00709,
+           "eval_n/strength/puzzles_first": 1000,
+           "eval/strength/acpl": 170.8, "eval_se/strength/acpl": 13.0,
+           "eval_n/strength/acpl": 365,
+           "eval/strength/selfplay_plies_median_masked": 30.0}
+CARD = "# model\n\nintro\n\n## Greedy metrics\n\nx\n\n## Compute curve\n\ncurve\n"
+
+
+def test_shares_carry_wilson_intervals_and_means_a_standard_error():
+    text = strength_section(METRICS, "Measured here.")
+    rows = {r.split(" | ")[0].strip("| "): r for r in text.splitlines() if r.startswith("| ")}
+    assert "0.000 [0.000, 0.088]" in rows["random_score"]  # not "± 0.000" at 0 of 40
+    assert "0.053 [0.041, 0.069]" in rows["puzzles_first"]
+    assert "170.800 ± 25.480" in rows["acpl"]
+    assert rows["selfplay_plies_median"].endswith("| - | 30.000 |")
+    assert text.startswith("Measured here.")
+
+
+def test_a_section_is_inserted_once_then_replaced():
+    first = replace_strength_section(CARD, "old figures")
+    assert first.index("## Playing strength") < first.index("## Compute curve")
+    second = replace_strength_section(first, "new figures")
+    assert second.count("## Playing strength") == 1 and "old figures" not in second
+    assert second.endswith("## Compute curve\n\ncurve\n") and "## Greedy metrics" in second
+    with pytest.raises(ValueError, match="Compute curve"):
+        replace_strength_section("# a card without sections\n", "figures")
+
+
+def test_the_command_writes_an_evaluation_into_a_card(tmp_path, capsys):
+    card, evaluation = tmp_path / "MODEL_CARD.md", tmp_path / "shipped.json"
+    card.write_text(CARD)
+    evaluation.write_text(json.dumps({"strength": METRICS, "per_sample": {}}))
+    main([str(evaluation), "--card", str(card), "--source", "Full suite, commit abc."])
+    text = card.read_text()
+    assert "Full suite, commit abc." in text and "0.000 [0.000, 0.088]" in text
+    evaluation.write_text(json.dumps({"eval/P/format": 1.0}))  # a task-only evaluation
+    with pytest.raises(SystemExit, match="holds no strength evaluation"):
+        main([str(evaluation), "--card", str(card), "--source", "x"])
+    assert card.read_text() == text
