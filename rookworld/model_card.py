@@ -1,4 +1,5 @@
-"""The embedded model's card and compute curve, written from what `pretrain` measured."""
+"""The embedded model's card and compute curve, written from what `pretrain` measured;
+`python -m rookworld.model_card` writes a later strength evaluation into a card."""
 
 from __future__ import annotations
 
@@ -289,9 +290,12 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"model_card: {args.evaluation} holds no strength evaluation "
                          f"(`evaluate suite=strength out=F` writes one): {e}") from None
-    card = args.card.read_text()
-    atomic_write_text(args.card, replace_strength_section(card, strength_section(metrics,
-                                                                                 args.source)))
+    try:
+        text = replace_strength_section(args.card.read_text(),
+                                        strength_section(metrics, args.source))
+        atomic_write_text(args.card, text)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"model_card: {args.card}: {e}") from None
     print(f"[rookworld] wrote the playing-strength section of {args.card}")
 
 

@@ -37,14 +37,18 @@ def test_a_section_is_inserted_once_then_replaced():
         replace_strength_section("# a card without sections\n", "figures")
 
 
-def test_the_command_writes_an_evaluation_into_a_card(tmp_path, capsys):
+def test_the_command_writes_an_evaluation_into_a_card_or_names_what_is_missing(tmp_path):
     card, evaluation = tmp_path / "MODEL_CARD.md", tmp_path / "shipped.json"
     card.write_text(CARD)
     evaluation.write_text(json.dumps({"strength": METRICS, "per_sample": {}}))
     main([str(evaluation), "--card", str(card), "--source", "Full suite, commit abc."])
     text = card.read_text()
     assert "Full suite, commit abc." in text and "0.000 [0.000, 0.088]" in text
-    evaluation.write_text(json.dumps({"eval/P/format": 1.0}))  # a task-only evaluation
+    task_only = tmp_path / "task_only.json"
+    task_only.write_text(json.dumps({"eval/P/format": 1.0}))
     with pytest.raises(SystemExit, match="holds no strength evaluation"):
-        main([str(evaluation), "--card", str(card), "--source", "x"])
+        main([str(task_only), "--card", str(card), "--source", "x"])
     assert card.read_text() == text
+    with pytest.raises(SystemExit, match="no such file|No such file"):
+        main([str(tmp_path / "shipped.json"), "--card", str(tmp_path / "none.md"),
+              "--source", "x"])
