@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .held_out import INTERVAL_NOTE, n_key, with_interval
 from .strength.stats import wilson
+from .strength.suite import MEANS
 
 P_KEYS = ("format", "legal", "best_legal", "best", "top5", "eval_error")
 A_KEYS = ("format", "exact", "fen_exact", "fen_similarity", "flags")
@@ -29,15 +30,11 @@ def _table(metrics: dict) -> str:
     return "\n".join(rows)
 
 
-# measures within [0, 1] (shares, game scores): Wilson intervals, honest at 0 of 40
-BOUNDED = {"puzzles_first", "puzzles_line", "puzzles_illegal", "random_score",
-           "random_illegal_loss", "engine_score", "engine_illegal_loss", "blunder",
-           "acpl_illegal"}
-
-
 def _strength_cell(metrics: dict, name: str, key: str) -> str:
+    """A share or game score with its Wilson interval (honest at 0 of 40), else the mean
+    with its standard-error interval."""
     n = metrics.get(n_key(key))
-    if name in BOUNDED and n:
+    if name not in MEANS and n:
         lo, hi = wilson(metrics[key] * n, n)
         return f"{metrics[key]:.3f} [{lo:.3f}, {hi:.3f}]"
     return with_interval(metrics, key)

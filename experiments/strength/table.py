@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 
 from rookworld.strength import stats
-from rookworld.strength.suite import UNPAIRED, per_item_values
-
-MEANS = ("acpl", "selfplay_plies")  # the measures that are not shares
+from rookworld.strength.suite import MEANS, UNPAIRED, per_item_values
 
 
 def read(study: Path, name: str) -> dict[str, dict[str, list[float]]] | None:

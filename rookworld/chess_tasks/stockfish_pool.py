@@ -101,6 +101,11 @@ def pawns(score: chess.engine.PovScore) -> float:
     return score.relative.score(mate_score=MATE_SCORE) / 100
 
 
+# How python-chess reports an engine process that died: EngineTerminatedError, or a
+# cancelled command when the process was gone before the command started.
+ENGINE_DIED = (chess.engine.EngineTerminatedError, CancelledError)
+
+
 class EnginePool:
     """N engine processes at one fixed limit. Thread-safe; use as a context manager
     or call `close()`: the engines' threads keep the interpreter alive until then.
@@ -151,15 +156,12 @@ class EnginePool:
 
     def _run(self, fn):
         """Run fn(engine) on a free engine; restart it and retry once if it died. A
-        search that the pool's closing cut short raises EngineTerminatedError.
-
-        A process killed mid-search surfaces either as EngineTerminatedError or, when
-        python-chess sees the lost connection first, as a cancelled command future."""
+        search that the pool's closing cut short raises EngineTerminatedError."""
         i = self._free.get()
         try:
             try:
                 result = fn(self._engines[i])
-            except (chess.engine.EngineTerminatedError, CancelledError):
+            except ENGINE_DIED:
                 self._restart(i)
                 result = fn(self._engines[i])
         finally:

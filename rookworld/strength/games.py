@@ -15,7 +15,7 @@ import datetime
 import random
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import chess
 import chess.engine
 import chess.pgn
 
-from ..chess_tasks.stockfish_pool import EnginePool, end_engine, find_engine
+from ..chess_tasks.stockfish_pool import ENGINE_DIED, EnginePool, end_engine, find_engine
 
 ILLEGAL, UNPARSEABLE, PLY_LIMIT, VOID = ("illegal move", "unparseable move", "ply limit",
                                          "void: the engine died")
@@ -159,8 +159,8 @@ class EngineOpponent:
             try:
                 return self._engines[i].play(board, chess.engine.Limit(time=self.seconds),
                                              game=game).move.uci()
-            except (chess.engine.EngineTerminatedError, chess.engine.EngineError,
-                    CancelledError, TimeoutError):  # died, or hung past python-chess's timeout
+            except (*ENGINE_DIED, chess.engine.EngineError,
+                    TimeoutError):  # died, or hung past python-chess's timeout
                 with self._lock:
                     self.restarts += 1
                 end_engine(self._engines[i], timeout=1.0)

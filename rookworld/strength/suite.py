@@ -244,6 +244,7 @@ class StrengthSuite:
 # whose moves do not repeat): kept out of the per-sample values, so that a change is given
 # the interval of two independent means, not a paired one
 UNPAIRED = ("acpl", "blunder", "engine_score", "engine_illegal_loss")
+MEANS = ("acpl", "selfplay_plies")  # the measures that are not shares or game scores
 
 
 def _colour(r) -> str:
