@@ -8,7 +8,10 @@
 #   positions, only_moves.py, and the engine's best move weighted in the reward); quality
 #   (a legal B: move's labelled engine quality in its move credit); only_moves_quality
 #   (both the puzzle-like positions and that credit); quality4 (that credit weighing the
-#   engine quality four times a move's legality).
+#   engine quality four times a move's legality); puzzles_quality4 (bundled puzzles beyond
+#   the suite's first 1,000 among the training positions, puzzle_prompts.py, with quality4's
+#   credit); puzzles_sequence (those positions, the engine's best move weighted in the reward
+#   and sequence credit, so that the reward reaches the B: move).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +22,11 @@ arms=("$@")
 py=.venv/bin/python
 mkdir -p "$out"
 measure=(strength.puzzles=1000 strength.acpl_positions=500)
+puzzles() {  # the puzzle training file, made once per output dir
+  [ -f "$out/puzzle_prompts.jsonl.gz" ] || \
+    $py experiments/strength_levers/puzzle_prompts.py "$out/puzzle_prompts.jsonl.gz" >&2 || exit 1
+  realpath "$out/puzzle_prompts.jsonl.gz"
+}
 only_moves() {  # the only-move training file, made once per output dir
   [ -f "$out/only_moves.jsonl.gz" ] || \
     $py experiments/strength_levers/only_moves.py "$out/only_moves.jsonl.gz" >&2 || exit 1
@@ -33,6 +41,10 @@ for arm in "${arms[@]}"; do
     quality) extra=(algorithm.move_quality=1.0) ;;
     quality4) extra=(algorithm.move_quality=4.0) ;;
     only_moves_quality) extra=("data.train=$(only_moves)" algorithm.move_quality=1.0) ;;
+    puzzles_quality4) extra=("data.train=$(puzzles)" algorithm.move_quality=4.0) ;;
+    puzzles_sequence)
+      extra=("data.train=$(puzzles)" algorithm.credit=sequence reward.policy_weights.best=0.5
+             reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
