@@ -200,12 +200,39 @@ def test_a_torn_cache_entry_is_validated_again_and_replaced(tmp_path, monkeypatc
     samples = [env_sample(START, "e2e4")]
     path = _rows(tmp_path, samples)
     load_samples(path)
-    [entry] = (tmp_path / "cache").iterdir()
+    [entry] = (tmp_path / "cache").glob("*.pkl")
     entry.write_bytes(entry.read_bytes()[:20])
     calls = _counting_loads(monkeypatch)
     assert load_samples(path).samples == samples and len(calls) == 1
     assert "unreadable" in capsys.readouterr().out
     assert load_samples(path).samples == samples and len(calls) == 1  # replaced whole
+
+
+LOAD_SLOWLY = """
+import sys, time
+from pathlib import Path
+from rookworld.data import loaders
+real = loaders.load_lines
+def slow(*a, **k):  # one line per validation, slow enough for the others to start meanwhile
+    with open(sys.argv[2], "a") as f:
+        f.write("validated\\n")
+    time.sleep(2)
+    return real(*a, **k)
+loaders.load_lines = slow
+print(len(loaders.load_samples(sys.argv[1]).samples))
+"""
+
+
+def test_processes_missing_the_same_entry_at_once_validate_it_once(tmp_path):
+    import subprocess
+    import sys
+    samples = [policy_sample(START, ["e2e4", "d2d4"], [0.3, 0.2], "t"), env_sample(START, "e2e4")]
+    path, log = _rows(tmp_path, samples), tmp_path / "validations.txt"
+    env = {**__import__("os").environ, "ROOKWORLD_DATA_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", LOAD_SLOWLY, str(path), str(log)],
+                              env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    assert [p.communicate(timeout=120)[0].strip() for p in procs] == ["2"] * 3
+    assert log.read_text().splitlines() == ["validated"]
 
 
 def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path, monkeypatch, capsys):

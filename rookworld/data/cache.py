@@ -7,10 +7,13 @@ file's bytes, its name, the load settings and the source of the code that valida
 (rookworld/data/, rookworld/chess_tasks/): any change to one of them validates again.
 The entries are pickles written by this code into the user's own cache, the same trust
 as the native kernels' build cache; an unreadable entry is validated again and replaced.
+Processes that miss the same entry at once (parallel sweep trials, test workers) take turns
+on a lock beside it: the first validates, the others read its entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -47,14 +50,9 @@ def entry_path(root: Path, path: Path, settings: tuple) -> Path:
     return root / f"samples-{h.hexdigest()[:32]}.pkl"
 
 
-def cached(path: Path, settings: tuple, load: Callable[[], object], kind: type) -> object:
-    """load()'s result for the file at path under settings: read back from the cache when
-    an entry of type `kind` is there, else computed and stored (best effort: a cache that
-    cannot be written only costs the next run the validation again)."""
-    root = cache_dir()
-    if root is None:
-        return load()
-    entry = entry_path(root, path, settings)
+def _read(entry: Path, kind: type, say: bool = True) -> object | None:
+    """The entry's value, or None when it is missing, torn or of another type (said when
+    `say`)."""
     try:
         with open(entry, "rb") as f:
             value = pickle.load(f)
@@ -62,11 +60,53 @@ def cached(path: Path, settings: tuple, load: Callable[[], object], kind: type) 
             return value
         raise TypeError(f"holds a {type(value).__name__}")
     except FileNotFoundError:
-        pass
+        return None
     except Exception as e:  # a torn or foreign entry: validate again and replace it
-        print(f"[rookworld] data cache entry {entry} unreadable ({type(e).__name__}: {e}); "
-              "validating the data again", flush=True)
-    value = load()
+        if say:
+            print(f"[rookworld] data cache entry {entry} unreadable ({type(e).__name__}: {e}); "
+                  "validating the data again", flush=True)
+        return None
+
+
+@contextlib.contextmanager
+def _turn(entry: Path):
+    """An exclusive flock on `<entry>.lock` while held; nothing where it cannot be taken
+    (a read-only cache, a system without flock): each process then validates on its own."""
+    fd = None
+    try:
+        import fcntl
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(entry.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def cached(path: Path, settings: tuple, load: Callable[[], object], kind: type) -> object:
+    """load()'s result for the file at path under settings: read back from the cache when
+    an entry of type `kind` is there, else computed and stored (best effort: a cache that
+    cannot be written only costs the next run the validation again). A process that misses
+    waits while another validates the same entry, then reads it."""
+    root = cache_dir()
+    if root is None:
+        return load()
+    entry = entry_path(root, path, settings)
+    value = _read(entry, kind)
+    if value is not None:
+        return value
+    with _turn(entry):
+        value = _read(entry, kind, say=False)  # written while this process waited its turn
+        return value if value is not None else _store(root, entry, load())
+
+
+def _store(root: Path, entry: Path, value: object) -> object:
     tmp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
