@@ -11,6 +11,10 @@ export WANDB_MODE=offline WANDB_SILENT=true
 cache=$(mktemp -d "${TMPDIR:-/tmp}/rookworld-test-data.XXXXXX") || exit 1
 trap 'rm -rf "$cache"' EXIT
 export ROOKWORLD_DATA_CACHE=$cache
+# One torch thread a process: the workers (one per CPU) and the runs they start would
+# otherwise each spread a thread pool over every CPU and oversubscribe them (on 2 cores the
+# whole run takes about half as long again; benchmarks/README.md).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 .venv/bin/python -m pytest -m "slow or not slow" -n auto "$@"
 status=$?
 echo "rookworld tests: pytest exit=$status"
