@@ -22,6 +22,29 @@ from rookworld.data.loaders import read_lines
 from rookworld.data.select import only_move
 
 
+def bundled_rows(pick) -> tuple[list[str], list[str], list[str]]:
+    """The bundled train split's lines: P rows for which pick(row) holds, the other P rows,
+    the A rows."""
+    chosen, others, env = [], [], []
+    for line in read_lines(Path(pkg_data("train.jsonl.gz"))):
+        row = json.loads(line)
+        (env if row["task"] != "P" else chosen if pick(row) else others).append(line)
+    return chosen, others, env
+
+
+def write_mix(out: str, chosen: list[str], others: list[str], env: list[str], keep: int | None,
+              rng: random.Random) -> int:
+    """Writes chosen + `keep` of others drawn at random (None: as many as chosen) + env,
+    shuffled, to out (.jsonl.gz, the same bytes from every run); returns the P rows kept."""
+    others = others[:]
+    rng.shuffle(others)
+    keep = len(chosen) if keep is None else keep
+    rows = chosen + others[:keep] + env
+    rng.shuffle(rows)
+    Path(out).write_bytes(gzip.compress("".join(r + "\n" for r in rows).encode(), mtime=0))
+    return len(chosen) + min(keep, len(others))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -30,23 +53,8 @@ def main() -> None:
                     help="other P samples to keep (default: as many as the only-move ones)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    rng = random.Random(args.seed)
-    only, others, env = [], [], []
-    for line in read_lines(Path(pkg_data("train.jsonl.gz"))):
-        row = json.loads(line)
-        if row["task"] != "P":
-            env.append(line)
-        elif only_move(row["truth"]["evals"], args.gap):
-            only.append(line)
-        else:
-            others.append(line)
-    rng.shuffle(others)
-    keep = len(only) if args.others is None else args.others
-    rows = only + others[:keep] + env
-    rng.shuffle(rows)
-    Path(args.out).write_bytes(gzip.compress("".join(r + "\n" for r in rows).encode(),
-                                             mtime=0))  # the same bytes from every run
-    p = len(only) + min(keep, len(others))
+    only, others, env = bundled_rows(lambda row: only_move(row["truth"]["evals"], args.gap))
+    p = write_mix(args.out, only, others, env, args.others, random.Random(args.seed))
     print(f"{args.out}: {p} P ({len(only) / max(p, 1):.1%} only-move at gap {args.gap:g}), "
           f"{len(env)} A")
 

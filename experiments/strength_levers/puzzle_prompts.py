@@ -18,17 +18,15 @@ disagrees with at that depth are dropped and counted. OTHERS of the bundled P sa
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
-from pathlib import Path
 
 import chess
+from only_moves import bundled_rows, write_mix
 
 from rookworld.chess_tasks.policy import policy_sample
 from rookworld.chess_tasks.stockfish_pool import EnginePool
-from rookworld.config import pkg_data, pkg_strength
-from rookworld.data.loaders import read_lines
+from rookworld.config import pkg_strength
 from rookworld.strength.puzzles import is_right, read_puzzles
 
 
@@ -54,16 +52,8 @@ def main() -> None:
             kept.append(json.dumps(sample.to_json()))
         else:
             disagree += 1
-    others, env = [], []
-    for line in read_lines(Path(pkg_data("train.jsonl.gz"))):
-        (others if json.loads(line)["task"] == "P" else env).append(line)
-    rng.shuffle(others)
-    keep = len(kept) if args.others is None else args.others
-    rows = kept + others[:keep] + env
-    rng.shuffle(rows)
-    Path(args.out).write_bytes(gzip.compress("".join(r + "\n" for r in rows).encode(),
-                                             mtime=0))  # the same bytes from every run
-    p = len(kept) + min(keep, len(others))
+    _, others, env = bundled_rows(lambda row: False)
+    p = write_mix(args.out, kept, others, env, args.others, rng)
     print(f"{args.out}: {p} P ({len(kept)} puzzles of {len(puzzles)}: {disagree} dropped, the "
           f"depth-{args.depth} best move not their solution), {len(env)} A")
 
