@@ -2,6 +2,9 @@
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import chess
@@ -224,11 +227,9 @@ print(len(loaders.load_samples(sys.argv[1]).samples))
 
 
 def test_processes_missing_the_same_entry_at_once_validate_it_once(tmp_path):
-    import subprocess
-    import sys
     samples = [policy_sample(START, ["e2e4", "d2d4"], [0.3, 0.2], "t"), env_sample(START, "e2e4")]
     path, log = _rows(tmp_path, samples), tmp_path / "validations.txt"
-    env = {**__import__("os").environ, "ROOKWORLD_DATA_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "ROOKWORLD_DATA_CACHE": str(tmp_path / "cache")}
     procs = [subprocess.Popen([sys.executable, "-c", LOAD_SLOWLY, str(path), str(log)],
                               env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)]
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == ["2"] * 3
