@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 
@@ -101,17 +102,23 @@ def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path 
     return out
 
 
-def _curve_table(rows: list[dict]) -> str:
+# the strength measures a compute curve shows, when its rows carry them
+CURVE_STRENGTH = ("puzzles_first", "puzzles_illegal", "selfplay_plies", "acpl")
+
+
+def curve_table(rows: list[dict]) -> str:
+    """A compute curve as a markdown table: greedy held-out shares with normal intervals,
+    and the strength measures the rows carry (shares with Wilson intervals)."""
     keys = ["eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact"]
     names = ["P best_legal", "P legal", "A format", "A fen_exact"]
-    strength = [k for k in ("puzzles_first", "puzzles_illegal", "selfplay_plies")
-                if any(f"eval/strength/{k}" in r for r in rows)]
+    strength = [k for k in CURVE_STRENGTH if any(f"eval/strength/{k}" in r for r in rows)]
     keys += [f"eval/strength/{k}" for k in strength]
     names += strength
     lines = ["| stage | step | samples | training min | " + " | ".join(names) + " |",
              "|---" * (4 + len(names)) + "|"]
     for r in rows:
-        cells = [with_interval(r, k) if k in r else "" for k in keys]
+        cells = [(_strength_cell(r, k.rsplit("/", 1)[1], k) if k.startswith("eval/strength/")
+                  else with_interval(r, k)) if k in r else "" for k in keys]
         lines.append(f"| {r.get('stage', 1)} | {r['step']} | {r['samples']:,} | "
                      f"{r['train_minutes']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -183,21 +190,36 @@ def _strength_section(report: dict) -> str:
                             "Measured at the end of the last stage, at its `strength` sizes.")
 
 
+def replace_section(card: str, head: str, section: str) -> str:
+    """The card with the body of its section headed `head` (a whole '## ...' line)
+    replaced, or the section inserted before '## Compute curve' when the card has none."""
+    lines = card.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.rstrip("\n") == head), None)
+    if at is not None:
+        end = next((j for j in range(at + 1, len(lines)) if lines[j].startswith("## ")),
+                   len(lines))
+    else:
+        at = end = next((i for i, line in enumerate(lines)
+                         if line.rstrip("\n") == "## Compute curve"), None)
+        if at is None:
+            raise ValueError(f"the card has neither a '{head}' nor a '## Compute curve' "
+                             "section to place one before")
+    return "".join(lines[:at]) + f"{head}\n\n{section}\n\n" + "".join(lines[end:])
+
+
 def replace_strength_section(card: str, section: str) -> str:
     """The card with its '## Playing strength' section's body replaced (inserted before
     '## Compute curve' when the card has none)."""
-    head = "## Playing strength"
-    if head in card:
-        before, _, rest = card.partition(head)
-        nxt = rest.find("\n## ")
-        after = rest[nxt + 1:] if nxt >= 0 else ""
-    else:
-        before, sep, after = card.partition("## Compute curve")
-        if not sep:
-            raise ValueError("the card has neither a '## Playing strength' nor a "
-                             "'## Compute curve' section to place one before")
-        after = sep + after
-    return f"{before}{head}\n\n{section}\n\n{after}"
+    return replace_section(card, "## Playing strength", section)
+
+
+STRENGTH_CURVE = "## Strength against pretraining compute"  # the card's section of a curve
+
+
+def strength_curve_section(rows: list[dict], source: str) -> str:
+    """The card's section of a strength curve (`curve.jsonl` rows of `pretrain
+    strength=fast|full`, or of several runs joined): `source`, then the table."""
+    return f"{source} {STRENGTH_NOTE}.\n\n{curve_table(rows)}"
 
 
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
@@ -214,7 +236,7 @@ def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = N
                     f"({cfg.curve_per_task} in the last stage), against samples seen over all "
                     "stages:\n\n"
                     + (f"![compute curve]({curve_png})\n\n" if curve_png else "")
-                    + _curve_table(curve))
+                    + curve_table(curve))
     return f"""# rookworld embedded model
 
 {architecture(arch, report['parameters'])} trained by this project with
@@ -267,33 +289,54 @@ terminated and truncated both right.
 """
 
 
+def _read_curve(path: Path) -> list[dict]:
+    """The rows of a curve file (one JSON object a line)."""
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"model_card: {path}: not a curve file (one JSON row a line, as "
+                         f"`pretrain` writes curve.jsonl): {e}") from None
+    if not rows or not all(isinstance(r, dict) and {"step", "samples", "train_minutes"} <= r.keys()
+                           for r in rows):
+        raise SystemExit(f"model_card: {path}: not a curve file: every row needs step, "
+                         "samples and train_minutes")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     """Write a strength evaluation (`python -m rookworld.evaluate suite=strength out=F`)
-    into a model card's '## Playing strength' section."""
+    into a model card's '## Playing strength' section, or, with --curve, a curve of the
+    strength measures against pretraining compute into its own section."""
     import argparse
-    import json
 
     from .files import atomic_write_text
     ap = argparse.ArgumentParser(prog="python -m rookworld.model_card", description=main.__doc__)
-    ap.add_argument("evaluation", type=Path, help="the JSON that `evaluate out=F` wrote")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("evaluation", type=Path, nargs="?",
+                      help="the JSON that `evaluate out=F` wrote")
+    what.add_argument("--curve", type=Path,
+                      help="a curve file (rows of `pretrain`'s curve.jsonl with strength "
+                           "measures) for the section " + repr(STRENGTH_CURVE[3:]))
     card = Path(__file__).parent / "assets" / "model" / "MODEL_CARD.md"
     ap.add_argument("--card", type=Path, default=card,
                     help="the card to update (default: the embedded model's)")
     ap.add_argument("--source", required=True,
                     help="one sentence: the command, code commit and host that measured it")
     args = ap.parse_args(argv)
+    if args.curve is not None:
+        head, body = STRENGTH_CURVE, strength_curve_section(_read_curve(args.curve), args.source)
+    else:
+        try:
+            metrics = json.loads(args.evaluation.read_text())["strength"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"model_card: {args.evaluation} holds no strength evaluation "
+                             f"(`evaluate suite=strength out=F` writes one): {e}") from None
+        head, body = "## Playing strength", strength_section(metrics, args.source)
     try:
-        metrics = json.loads(args.evaluation.read_text())["strength"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"model_card: {args.evaluation} holds no strength evaluation "
-                         f"(`evaluate suite=strength out=F` writes one): {e}") from None
-    try:
-        text = replace_strength_section(args.card.read_text(),
-                                        strength_section(metrics, args.source))
-        atomic_write_text(args.card, text)
+        atomic_write_text(args.card, replace_section(args.card.read_text(), head, body))
     except (OSError, ValueError) as e:
         raise SystemExit(f"model_card: {args.card}: {e}") from None
-    print(f"[rookworld] wrote the playing-strength section of {args.card}")
+    print(f"[rookworld] wrote the section '{head[3:]}' of {args.card}")
 
 
 if __name__ == "__main__":

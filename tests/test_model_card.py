@@ -1,11 +1,17 @@
-"""The model card's playing-strength section: intervals honest at 0 of n, and the command
-that writes a strength evaluation into a card."""
+"""The model card's playing-strength sections: intervals honest at 0 of n, and the command
+that writes a strength evaluation, or a strength curve, into a card."""
 
 import json
 
 import pytest
 
-from rookworld.model_card import main, replace_strength_section, strength_section
+from rookworld.model_card import (
+    main,
+    replace_section,
+    replace_strength_section,
+    strength_curve_section,
+    strength_section,
+)
 
 METRICS = {"eval/strength/random_score": 0.0, "eval_se/strength/random_score": 0.0,
            "eval_n/strength/random_score": 40,
@@ -52,3 +58,47 @@ def test_the_command_writes_an_evaluation_into_a_card_or_names_what_is_missing(t
     with pytest.raises(SystemExit, match="no such file|No such file"):
         main([str(tmp_path / "shipped.json"), "--card", str(tmp_path / "none.md"),
               "--source", "x"])
+
+
+def _row(step: int, first: float, n: int = 100) -> dict:
+    return {"step": step, "samples": step * 32, "train_minutes": step / 40,
+            "eval/P/best_legal": 0.3, "eval_se/P/best_legal": 0.03,
+            "eval/strength/puzzles_first": first, "eval_se/strength/puzzles_first": 0.0,
+            "eval_n/strength/puzzles_first": n,
+            "eval/strength/selfplay_plies": 2.5, "eval_se/strength/selfplay_plies": 0.5,
+            "eval_n/strength/selfplay_plies": 4}
+
+
+def test_a_strength_curve_gives_each_point_its_measures_with_intervals():
+    rows = [_row(500, 0.0), _row(1000, 0.05) | {"stage": "shipped"}]
+    table = [r for r in strength_curve_section(rows, "From scratch.").splitlines()
+             if r.startswith("| ")]
+    assert "puzzles_first" in table[0] and "selfplay_plies" in table[0]
+    assert "acpl" not in table[0]  # no row carries it
+    assert "0.000 [0.000, 0.037]" in table[1]  # Wilson at 0 of 100, not ± 0.000
+    assert table[2].startswith("| shipped | 1000 | 32,000 |") and "2.500 ± 0.980" in table[2]
+
+
+def test_a_section_is_found_by_its_whole_heading_line():
+    card = replace_section(CARD, "## Playing strength against compute", "curve rows")
+    card = replace_strength_section(card, "figures")
+    assert card.count("curve rows") == 1 and card.count("figures") == 1
+    card = replace_section(card, "## Playing strength against compute", "new rows")
+    assert "curve rows" not in card and card.count("figures") == 1
+    assert max(card.index("figures"), card.index("new rows")) < card.index("## Compute curve")
+
+
+def test_the_command_writes_a_strength_curve_or_names_what_is_missing(tmp_path):
+    card, curve = tmp_path / "MODEL_CARD.md", tmp_path / "curve.jsonl"
+    card.write_text(CARD)
+    curve.write_text("".join(json.dumps(_row(s, 0.01 * s / 500)) + "\n" for s in (500, 1000)))
+    main(["--curve", str(curve), "--card", str(card), "--source", "From scratch, commit abc."])
+    text = card.read_text()
+    assert "## Strength against pretraining compute\n\nFrom scratch, commit abc." in text
+    assert "| 1 | 1000 | 32,000 |" in text
+    curve.write_text('{"step": 1}\n')
+    with pytest.raises(SystemExit, match="every row needs step, samples and train_minutes"):
+        main(["--curve", str(curve), "--card", str(card), "--source", "x"])
+    with pytest.raises(SystemExit):  # an evaluation and a curve at once
+        main([str(curve), "--curve", str(curve), "--card", str(card), "--source", "x"])
+    assert card.read_text() == text
