@@ -219,7 +219,7 @@ STRENGTH_CURVE = "## Strength against pretraining compute"  # the card's section
 def strength_curve_section(rows: list[dict], source: str) -> str:
     """The card's section of a strength curve (`curve.jsonl` rows of `pretrain
     strength=fast|full`, or of several runs joined): `source`, then the table."""
-    return f"{source} {STRENGTH_NOTE}.\n\n{curve_table(rows)}"
+    return f"{source} {STRENGTH_NOTE[0].upper()}{STRENGTH_NOTE[1:]}.\n\n{curve_table(rows)}"
 
 
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
