@@ -11,7 +11,8 @@
 #   engine quality four times a move's legality); puzzles_quality4 (bundled puzzles beyond
 #   the suite's first 1,000 among the training positions, puzzle_prompts.py, with quality4's
 #   credit); puzzles_sequence (those positions, the engine's best move weighted in the reward
-#   and sequence credit, so that the reward reaches the B: move).
+#   and sequence credit, so that the reward reaches the B: move); check30 (training P
+#   positions 30% in check, experiments/embedded_baseline/check_share.py, against 8.8%).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +27,11 @@ puzzles() {  # the puzzle training file, made once per output dir
   [ -f "$out/puzzle_prompts.jsonl.gz" ] || \
     $py experiments/strength_levers/puzzle_prompts.py "$out/puzzle_prompts.jsonl.gz" >&2 || exit 1
   realpath "$out/puzzle_prompts.jsonl.gz"
+}
+in_check() {  # the training file with P positions 30% in check, made once per output dir
+  [ -f "$out/check30.jsonl.gz" ] || \
+    $py experiments/embedded_baseline/check_share.py "$out/check30.jsonl.gz" >&2 || exit 1
+  realpath "$out/check30.jsonl.gz"
 }
 only_moves() {  # the only-move training file, made once per output dir
   [ -f "$out/only_moves.jsonl.gz" ] || \
@@ -45,6 +51,7 @@ for arm in "${arms[@]}"; do
     puzzles_sequence)
       extra=("data.train=$(puzzles)" algorithm.credit=sequence reward.policy_weights.best=0.5
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
+    check30) extra=("data.train=$(in_check)") ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
