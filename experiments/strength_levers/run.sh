@@ -12,7 +12,9 @@
 #   the suite's first 1,000 among the training positions, puzzle_prompts.py, with quality4's
 #   credit); puzzles_sequence (those positions, the engine's best move weighted in the reward
 #   and sequence credit, so that the reward reaches the B: move); check30 (training P
-#   positions 30% in check, experiments/embedded_baseline/check_share.py, against 8.8%).
+#   positions 30% in check, experiments/embedded_baseline/check_share.py, against 8.8%);
+#   engine_sequence (reward=engine, the B: move scored by its engine loss, under sequence
+#   credit, so that the score reaches the B: move's characters).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -52,6 +54,7 @@ for arm in "${arms[@]}"; do
       extra=("data.train=$(puzzles)" algorithm.credit=sequence reward.policy_weights.best=0.5
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
     check30) extra=("data.train=$(in_check)") ;;
+    engine_sequence) extra=(reward=engine algorithm.credit=sequence) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
