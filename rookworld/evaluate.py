@@ -21,6 +21,7 @@ from .config import WHITELIST, instantiate
 from .data.load import read_samples
 from .files import atomic_write_text
 from .held_out import Evaluator, before_after_table, paired_se
+from .strength import common_changes
 
 
 def measure(policy, cfg, held_out, per_sample: dict | None = None) -> dict:
@@ -92,8 +93,9 @@ def main(cfg: DictConfig) -> None:
         before = earlier.get(split)
         if before is None:
             continue
-        after = results[split] | paired_se(earlier.get("per_sample", {}).get(split, {}),
-                                           per_sample[split])
+        values = earlier.get("per_sample", {}).get(split, {})
+        after = results[split] | paired_se(values, per_sample[split]) \
+            | common_changes(values, per_sample[split])
         print(f"\n{split}: {cfg.against} (before) against this model (after)\n\n"
               + before_after_table(before, after))
     if cfg.out:

@@ -59,9 +59,17 @@ def n_key(key: str) -> str:
 
 def paired_se(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
     """{dse_key(k): standard error of the mean of after[k] - before[k]} for every key
-    both hold over the same number of samples (per-sample values, as Evaluator fills)."""
+    both hold over the same number of samples (per-sample values, as Evaluator fills);
+    lists with gaps (None) are left to their own pairing (`strength.common_changes`)."""
     return {dse_key(k): mean_se([b - a for a, b in zip(before[k], v)])[1]
-            for k, v in after.items() if k in before and len(before[k]) == len(v)}
+            for k, v in after.items() if k in before and len(before[k]) == len(v)
+            and None not in v and None not in before[k]}
+
+
+def is_change(key: str) -> bool:
+    """Whether a metric is itself a change between two evaluations (its name ends in
+    `_change`, as strength's acpl_both_legal_change): it has no before or after value."""
+    return key.rsplit("/", 1)[-1].removesuffix("_masked").endswith("_change")
 
 
 def interval(metrics: dict, key: str, z: float = 1.96) -> float | None:
@@ -79,7 +87,11 @@ def with_interval(metrics: dict, key: str) -> str:
 def change_with_interval(first: dict, last: dict, key: str, z: float = 1.96) -> str:
     """'+0.100 ± 0.034': last - first with its ~95% interval: paired (last's
     eval_dse, when last was measured against first's samples), else that of a
-    difference of two independent means (sqrt of the summed squares), which is wider."""
+    difference of two independent means (sqrt of the summed squares), which is wider.
+    A change metric (`is_change`) is last's own value with its own interval."""
+    if is_change(key):
+        half = interval(last, key, z)
+        return f"{last[key]:+.3f}" + ("" if half is None else f" ± {half:.3f}")
     text = f"{last[key] - first[key]:+.3f}"
     if dse_key(key) in last:
         return text + f" ± {z * last[dse_key(key)]:.3f}"
@@ -93,14 +105,17 @@ INTERVAL_NOTE = ("± = ~95% interval (1.96 standard errors of the mean over the 
 
 
 def before_after_table(first: dict, last: dict) -> str:
-    """Markdown table of every eval/ metric: before, after, change, each with its interval."""
+    """Markdown table of every eval/ metric: before, after, change, each with its interval
+    (a change metric, `is_change`, fills the change column only)."""
     keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
                   and not k.startswith("eval/time")) + ["eval/reward"]
     n = ", ".join(f"{t}: {last[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in last)
     rows = [f"{INTERVAL_NOTE}; samples per task {n or 'unknown'}", "",
             "| metric | before | after | change |", "|---|---|---|---|"]
     for k in keys:
-        if k in first and k in last:
+        if is_change(k):
+            rows.append(f"| {k} | | | {change_with_interval(first, last, k)} |")
+        elif k in first and k in last:
             rows.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
                         f"| {change_with_interval(first, last, k)} |")
     return "\n".join(rows)

@@ -27,7 +27,7 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from .held_out import INTERVAL_NOTE, change_with_interval, with_interval  # noqa: E402
+from .held_out import INTERVAL_NOTE, change_with_interval, is_change, with_interval  # noqa: E402
 from .loggers import is_eval_row  # noqa: E402
 
 
@@ -241,6 +241,9 @@ def eval_table(run: Run) -> list[str]:
              f"| metric | before (step {first['step']}) | after (step {last['step']}) "
              "| change | best (step) |", "|---|---|---|---|---|"]
     for k in [*keys, "eval/reward"]:
+        if is_change(k):
+            lines.append(f"| {k} | | | {change_with_interval(first, last, k)} | |")
+            continue
         if k not in last or k not in first:
             continue
         steps, values = series(run.evals, k)

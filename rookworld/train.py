@@ -62,7 +62,7 @@ from .run_dir import (
     save_checkpoint,
 )
 from .sampling import NonFiniteLogits, SamplingSettings
-from .strength import StrengthSuite, SuiteSettings, settings_from
+from .strength import StrengthSuite, SuiteSettings, common_changes, settings_from
 from .strength.suite import open_suite
 from .task_mix import Mixed
 
@@ -167,7 +167,7 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
         m |= sm | {"time/strength_s": time.perf_counter() - t1}
         values |= sv
     if baseline:
-        m |= paired_se(baseline, values)
+        m |= paired_se(baseline, values) | common_changes(baseline, values)
     m["time/eval_s"] = time.perf_counter() - t0
     samples_file.append({"step": step, "values": values})
     _log(loggers, metrics_file, m, step)

@@ -10,9 +10,10 @@ import chess
 import pytest
 from test_strength_games import alive
 
+from rookworld.held_out import before_after_table, paired_se
 from rookworld.policy import load_embedded
 from rookworld.sampling import per_task_settings
-from rookworld.strength import StrengthSuite, SuiteSettings
+from rookworld.strength import StrengthSuite, SuiteSettings, common_changes
 from rookworld.strength.acpl import CAP, centipawn_loss, clip_cp, move_losses
 from rookworld.strength.player import ModelPlayer
 
@@ -99,6 +100,31 @@ def test_empty_measures_are_left_out_and_unaligned_ones_are_not_paired(tmp_path)
     assert "eval/strength/acpl" not in metrics and "eval/strength/blunder" not in metrics
     assert metrics["eval/strength/acpl_illegal"] == 1.0
     assert "eval/strength/acpl_illegal" in values
+    assert values["eval/strength/acpl_by_position"] == [None, None]
+    assert common_changes(values, values) == {}  # no position with two legal answers
+
+
+def test_the_loss_change_is_paired_on_the_positions_both_models_answered_legally():
+    before = {"eval/strength/acpl_by_position": [100.0, None, 50.0, 0.0, 300.0],
+              "eval/strength/acpl_by_position_masked": [10.0, 20.0],
+              "eval/strength/puzzles_first": [1.0, 0.0]}
+    after = {"eval/strength/acpl_by_position": [40.0, 500.0, 50.0, None, 200.0],
+             "eval/strength/acpl_by_position_masked": [10.0]}  # not the same positions
+    out = common_changes(before, after)
+    # positions 0, 2, 4: changes -60, 0, -100; mean -53.33, sd 50.33, se 29.06
+    assert set(out) == {"eval/strength/acpl_both_legal_change",
+                        "eval_se/strength/acpl_both_legal_change",
+                        "eval_n/strength/acpl_both_legal_change"}
+    assert out["eval/strength/acpl_both_legal_change"] == pytest.approx(-160 / 3)
+    assert out["eval_se/strength/acpl_both_legal_change"] == pytest.approx(29.059, abs=1e-3)
+    assert out["eval_n/strength/acpl_both_legal_change"] == 3
+    # the per-position losses hold gaps, so the ordinary paired interval leaves them alone
+    assert paired_se(before, after) == {}
+    first = {"eval/strength/acpl": 112.5, "eval_se/strength/acpl": 60.0}
+    last = {"eval/strength/acpl": 197.5, "eval_se/strength/acpl": 100.0} | out
+    rows = before_after_table(first, last).splitlines()
+    assert "| eval/strength/acpl_both_legal_change | | | -53.333 ± 56.956 |" in rows
+    assert any(r.startswith("| eval/strength/acpl | 112.500") for r in rows)
 
 
 def test_the_greedy_player_is_deterministic_and_reads_the_b_move():
@@ -132,3 +158,10 @@ def test_training_carries_strength_into_its_before_after_table(tmp_path, tiny_ov
     assert [x["step"] for x in evals] == [-1, 0]
     assert "eval_dse/strength/puzzles_first" in evals[-1]
     assert (tmp_path / "run" / "strength" / "step-1" / "games_random_free.pgn").exists()
+    # each evaluation keeps every position's loss (None where illegal), paired at the end
+    samples = [json.loads(x)["values"]
+               for x in (tmp_path / "run" / "eval_samples.jsonl").read_text().splitlines()]
+    assert [len(v["eval/strength/acpl_by_position"]) for v in samples] == [4, 4]
+    both = [i for i in range(4) if all(v["eval/strength/acpl_by_position"][i] is not None
+                                       for v in samples)]
+    assert ("eval/strength/acpl_both_legal_change" in evals[-1]) == bool(both)

@@ -2,6 +2,6 @@
 a random mover, Stockfish at its weakest and the model itself, and centipawn loss
 (`suite.StrengthSuite`; `python -m rookworld.evaluate suite=strength`)."""
 
-from .suite import StrengthSuite, SuiteSettings, settings_from
+from .suite import StrengthSuite, SuiteSettings, common_changes, settings_from
 
-__all__ = ["StrengthSuite", "SuiteSettings", "settings_from"]
+__all__ = ["StrengthSuite", "SuiteSettings", "common_changes", "settings_from"]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import chess
 
+from ..held_out import mean_se
+
 CAP = 1000  # centipawns
 BLUNDER_CP = 300
 
@@ -60,3 +62,17 @@ def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[
 
     with ThreadPoolExecutor(pool.processes) as ex:
         return list(ex.map(one, zip(fens, moves)))
+
+
+def common_loss_change(before: Sequence[float | None], after: Sequence[float | None]
+                       ) -> tuple[float, float, int] | None:
+    """(mean of after - before, its standard error, count) over the positions both lists
+    hold a loss for (None: an illegal or missing answer), position by position; None when
+    the lists differ in length (not the same positions) or no position has both."""
+    if len(before) != len(after):
+        return None
+    diffs = [b - a for a, b in zip(before, after) if a is not None and b is not None]
+    if not diffs:
+        return None
+    mean, se = mean_se(diffs)
+    return mean, se, len(diffs)

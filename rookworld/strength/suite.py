@@ -7,7 +7,9 @@ model and returns flat metrics (`<prefix>/strength/<measure>[_masked]`, each mea
 its standard error under the `_se` prefix and its count under `_n`, as `evaluation`
 names them, so the before/after table, W&B and sweeps read them like any held-out
 metric), their per-sample values (paired intervals between two evaluations) and a
-markdown report; the games go to PGN files under out_dir/<label>/.
+markdown report; the games go to PGN files under out_dir/<label>/. `common_changes` turns
+two evaluations' per-position centipawn losses into the paired change over the positions
+both models answered legally (`<prefix>/strength/acpl_both_legal_change`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tqdm import tqdm
 from ..files import atomic_write_text
 from ..held_out import mean_se, n_key, se_key
 from . import stats
-from .acpl import BLUNDER_CP, CAP, move_losses
+from .acpl import BLUNDER_CP, CAP, common_loss_change, move_losses
 from .games import START, EngineOpponent, RandomMover, play_games, read_openings, write_pgn
 from .player import MODES, ModelPlayer
 from .puzzles import BANDS, THEMES, read_puzzles, solve
@@ -173,6 +175,8 @@ class StrengthSuite:
                     values[key] = vals
             for name, value in _flat_scalars(part).items():
                 metrics[f"{prefix}/strength/{name}{suffix}"] = value
+            if "acpl" in part:  # None for an illegal answer: paired by common_changes only
+                values[f"{prefix}/strength/{BY_POSITION}{suffix}"] = part["acpl"]["losses"]
         text = markdown(report, self.s, label)
         if self.out_dir is not None:
             d = self.out_dir / label
@@ -245,6 +249,26 @@ class StrengthSuite:
 # the interval of two independent means, not a paired one
 UNPAIRED = ("acpl", "blunder", "engine_score", "engine_illegal_loss")
 MEANS = ("acpl", "selfplay_plies")  # the measures that are not shares or game scores
+BY_POSITION = "acpl_by_position"  # per-sample key of each position's loss, None if illegal
+BOTH_LEGAL = "acpl_both_legal_change"
+
+
+def common_changes(before: dict[str, list], after: dict[str, list]) -> dict[str, float]:
+    """The paired change of the centipawn loss over the positions both evaluations answered
+    legally, for each mode both measured it in: `<prefix>/strength/acpl_both_legal_change
+    [_masked]` with its standard error (`_se`) and count of positions (`_n`), from two
+    evaluations' per-sample values of the same positions. A change-only metric: the table
+    prints it in the change column."""
+    out = {}
+    for key, losses in after.items():
+        head, sep, suffix = key.partition(f"/strength/{BY_POSITION}")
+        if not sep or key not in before:
+            continue
+        change = common_loss_change(before[key], losses)
+        if change is not None:
+            name = f"{head}/strength/{BOTH_LEGAL}{suffix}"
+            out[name], out[se_key(name)], out[n_key(name)] = change
+    return out
 
 
 def _colour(r) -> str:
