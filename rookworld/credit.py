@@ -12,7 +12,10 @@ A legal `B:` move can also carry its engine quality (`algorithm.move_quality` > 
 slot's value is 1 + move_quality x `labelled_quality`, the move's loss against the engine's
 best read from the sample's own labels, so that among legal best moves the better ones are
 pushed up. Without it the sequence reward's engine parts never reach the `B:` move's
-characters, which move credit gives to legality alone.
+characters, which move credit gives to legality alone. `algorithm.listed_quality` does the
+same for each legal listed move (1 + listed_quality x its `labelled_quality`), so that the
+candidate list keeps to the engine's moves, which the reward's top5 part cannot reach under
+move credit either.
 """
 
 from __future__ import annotations
@@ -86,12 +89,12 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
                     min_std: float = 1e-4,
-                    best_bonus: Callable[[int, str], float] | None = None) -> Tensor:
+                    bonus: Callable[[int, str, str], float] | None = None) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
     ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
-    the `B:` slot of row i, when its move m is legal, 1 + best_bonus(i, m); its advantage is
+    slot s of row i, when its move m is legal, 1 + bonus(i, s, m); its advantage is
     (value - mean) / max(std, min_std) over the rows of its group that have that slot (0
     when they all agree); a slot only one row of its group has keeps that row's sequence
     advantage."""
@@ -104,8 +107,8 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
             legal = legal_moves(fens[i])
             for slot, a, b, move in move_spans(texts[i]):
                 value = float(move in legal)
-                if slot == "B" and value and best_bonus is not None:
-                    value += best_bonus(i, move)
+                if value and bonus is not None:
+                    value += bonus(i, slot, move)
                 slots.setdefault(slot, []).append((i, a, b, value))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
             values = torch.tensor([[r[3] for r in rows]])
@@ -119,11 +122,17 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
 class MoveCredit:
     """Move credit for the rollouts of one tokenizer (`algorithm.credit=moves`); it keeps
     each token's decoded length (`token_ends`' cache) across steps. move_quality: weight of
-    a legal `B:` move's `labelled_quality` in its slot's value (0 = legality alone)."""
+    a legal `B:` move's `labelled_quality` in its slot's value; listed_quality: that of a
+    legal listed move's (0 = legality alone)."""
 
-    def __init__(self, tokenizer, move_quality: float = 0.0):
+    def __init__(self, tokenizer, move_quality: float = 0.0, listed_quality: float = 0.0):
         self.tokenizer, self.lengths = tokenizer, {}
-        self.move_quality = float(move_quality)
+        self.move_quality, self.listed_quality = float(move_quality), float(listed_quality)
+
+    def bonus(self, truth: PolicyTruth, slot: str, move: str) -> float:
+        """The quality part of a legal move's slot value: its weight x `labelled_quality`."""
+        weight = self.move_quality if slot == "B" else self.listed_quality
+        return weight * labelled_quality(truth, move) if weight else 0.0
 
     def __call__(self, seq_adv: Tensor, rows, texts: list[str], rollout, group: int) -> Tensor:
         """A rollout's [N] sequence advantages -> [N, T] with move credit, on their device
@@ -132,8 +141,8 @@ class MoveCredit:
         ends = [token_ends(self.tokenizer, ids[:int(n)], self.lengths) if fen else []
                 for ids, n, fen in zip(rollout.completion_ids.tolist(),
                                        rollout.completion_mask.sum(-1).tolist(), fens)]
-        bonus = (lambda i, move: self.move_quality * labelled_quality(rows[i].truth, move)) \
-            if self.move_quality else None
+        bonus = (lambda i, slot, move: self.bonus(rows[i].truth, slot, move)) \
+            if self.move_quality or self.listed_quality else None
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
                                rollout.completion_ids.shape[1],
-                               best_bonus=bonus).to(seq_adv.device)
+                               bonus=bonus).to(seq_adv.device)

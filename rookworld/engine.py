@@ -54,7 +54,8 @@ class GRPOEngine:
         self.nan_lr_backoff = nan_lr_backoff
         self.policy, self.reward, self.algorithm, self.kl = policy, reward, algorithm, kl
         self.sampling, self.G, self.dist = sampling, s.num_generations, dist
-        self.move_credit = credit.MoveCredit(policy.tokenizer, algorithm.move_quality) \
+        self.move_credit = credit.MoveCredit(policy.tokenizer, algorithm.move_quality,
+                                             algorithm.listed_quality) \
             if algorithm.credit == "moves" else None
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference.device) if s.reference.device else self.device

@@ -443,7 +443,8 @@ class Algorithm:
     credit: sequence (every token its sequence's advantage) | moves (each P move's
       characters the advantage of its own legality, rookworld/credit.py); move_quality:
       under move credit, weight of a legal B: move's labelled engine quality beside its
-      legality (`credit.labelled_quality`; 0 = legality alone); critic: a
+      legality (`credit.labelled_quality`; 0 = legality alone); listed_quality: the same
+      for each legal listed move; critic: a
       `CriticSettings` for PPO with a value function (the loss's advantages come from
       GAE over its values; `advantage` then only summarises the groups in the logs), or
       None (GRPO and its kin).
@@ -456,6 +457,7 @@ class Algorithm:
     entropy_coef: float = 0.0
     credit: str = "sequence"
     move_quality: float = 0.0
+    listed_quality: float = 0.0
     critic: CriticSettings | None = None
 
     def __post_init__(self):
@@ -465,11 +467,12 @@ class Algorithm:
                              f"{', '.join(KL_ESTIMATOR_NAMES)}, got {self.kl_estimator!r}")
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.credit must be sequence or moves, got {self.credit!r}")
-        if not math.isfinite(self.move_quality) or self.move_quality < 0 or (
-                self.move_quality and self.credit != "moves"):
-            raise ValueError(f"algorithm.move_quality={self.move_quality} must be finite, "
-                             ">= 0, and above 0 only with algorithm.credit=moves (it weighs "
-                             "the B: move's slot in move credit)")
+        for name in ("move_quality", "listed_quality"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0 or (value and self.credit != "moves"):
+                raise ValueError(f"algorithm.{name}={value} must be finite, >= 0, and above 0 "
+                                 "only with algorithm.credit=moves (it weighs a move's slot "
+                                 "in move credit)")
         if self.critic is not None and self.credit != "sequence":
             raise ValueError("algorithm.critic gives every token its own GAE advantage; "
                              "set algorithm.credit=sequence (move credit is GRPO's)")

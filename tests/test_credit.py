@@ -148,12 +148,33 @@ def test_move_quality_ranks_legal_best_moves_by_their_labelled_loss():
     assert ranked[4, :len(env)].eq(0.5).all()  # the A row: its sequence advantage
 
 
-def test_move_quality_needs_move_credit():
+def test_listed_quality_ranks_legal_listed_moves_and_leaves_the_best_move_to_legality():
+    """Three P rows whose first listed move is the labelled best, a labelled move 1.5 pawns
+    worse and an unlabelled legal move, each with the same legal B: move: with
+    listed_quality the first listed slot is ranked by labelled quality, the B: slot ties."""
+    p = policy_sample(START, ("e2e4", "d2d4"), (0.3, -1.2))
+    texts = [f" M: {m}  E: 0.3  B: e2e4" for m in ("e2e4", "d2d4", "g1f3")]
+    tok = build_char_tokenizer()
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    comp = torch.tensor(ids)
+    mask = torch.ones_like(comp)
+    r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(3, comp.shape[1]),
+                torch.zeros(3, dtype=torch.bool))
+    adv = credit.MoveCredit(tok, listed_quality=1.0)(torch.zeros(3), [p] * 3, texts, r, 3)
+    spans = [dict((s, a) for s, a, _, _ in credit.move_spans(t)) for t in texts]
+    listed = [adv[i, spans[i]["M0"]].item() for i in range(3)]
+    best = [adv[i, spans[i]["B"]].item() for i in range(3)]
+    assert listed[0] > listed[1] > listed[2]  # slot values 2, 1.5 and 1
+    assert best == [0.0, 0.0, 0.0]  # all legal alike: no quality weight on B:
+
+
+@pytest.mark.parametrize("name", ["move_quality", "listed_quality"])
+def test_move_quality_needs_move_credit(name):
     from rookworld.grpo import Algorithm
-    with pytest.raises(ValueError, match="move_quality"):
-        Algorithm(credit="sequence", move_quality=0.5)
+    with pytest.raises(ValueError, match=name):
+        Algorithm(credit="sequence", **{name: 0.5})
     for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="move_quality"):
-            Algorithm(credit="moves", move_quality=bad)
-    assert Algorithm(credit="moves", move_quality=0.5).move_quality == 0.5
-    assert compose(["algorithm.move_quality=0.5"]).algorithm.move_quality == 0.5
+        with pytest.raises(ValueError, match=name):
+            Algorithm(credit="moves", **{name: bad})
+    assert getattr(Algorithm(credit="moves", **{name: 0.5}), name) == 0.5
+    assert getattr(compose([f"algorithm.{name}=0.5"]).algorithm, name) == 0.5
