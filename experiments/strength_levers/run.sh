@@ -14,8 +14,15 @@
 #   and sequence credit, so that the reward reaches the B: move); check30 (training P
 #   positions 30% in check, experiments/embedded_baseline/check_share.py, against 8.8%);
 #   engine_sequence (reward=engine, the B: move scored by its engine loss, under sequence
-#   credit, so that the score reaches the B: move's characters).
-# SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2".
+#   credit, so that the score reaches the B: move's characters); steps80 (80 GRPO steps
+#   instead of 45, about the most that fits the main job's 10 minutes in float32 on 2 cores);
+#   steps300 (300 steps, beyond the budget: whether more of the same training moves strength);
+#   top5 (the listed moves' overlap with the engine's five weighted in the reward as much as
+#   each legality part, so that the listed moves keep to the engine's); listed (a legal
+#   listed move's labelled engine quality in its move credit, algorithm.listed_quality=1.0);
+#   listed4 (that quality four times a listed move's legality).
+# SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
+# adds those overrides to every run (float32 products where auto would take bf16).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-outputs/strength_levers}
@@ -55,6 +62,11 @@ for arm in "${arms[@]}"; do
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
     check30) extra=("data.train=$(in_check)") ;;
     engine_sequence) extra=(reward=engine algorithm.credit=sequence) ;;
+    steps80) extra=(steps=80) ;;
+    steps300) extra=(steps=300) ;;
+    top5) extra=(reward.policy_weights.top5=0.5) ;;
+    listed) extra=(algorithm.listed_quality=1.0) ;;
+    listed4) extra=(algorithm.listed_quality=4.0) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
@@ -62,7 +74,9 @@ for arm in "${arms[@]}"; do
     mkdir -p "$out/$arm"
     grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
     t=$SECONDS
-    $py -m rookworld.train seed=$s "${measure[@]}" "${extra[@]}" hydra.run.dir="$run" \
+    # shellcheck disable=SC2086  # OVERRIDES splits into overrides
+    $py -m rookworld.train seed=$s "${measure[@]}" "${extra[@]}" ${OVERRIDES:-} \
+      hydra.run.dir="$run" \
       > "$run.log" 2>&1
     echo "$arm seed $s: $((SECONDS - t)) s" | tee -a "$out/times.txt"
   done
