@@ -15,7 +15,9 @@ pushed up. Without it the sequence reward's engine parts never reach the `B:` mo
 characters, which move credit gives to legality alone. `algorithm.listed_quality` does the
 same for each legal listed move (1 + listed_quality x its `labelled_quality`), so that the
 candidate list keeps to the engine's moves, which the reward's top5 part cannot reach under
-move credit either.
+move credit either. With `algorithm.distinct_moves` a listed move that repeats an earlier
+one of its list is valued as an illegal move (0): otherwise a list of one safe move written
+five times earns five legal slots, and training learns to repeat.
 """
 
 from __future__ import annotations
@@ -89,12 +91,14 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
                     min_std: float = 1e-4,
-                    bonus: Callable[[int, str, str], float] | None = None) -> Tensor:
+                    bonus: Callable[[int, str, str], float] | None = None,
+                    distinct: bool = False) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
     ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
-    slot s of row i, when its move m is legal, 1 + bonus(i, s, m); its advantage is
+    slot s of row i, when its move m is legal, 1 + bonus(i, s, m); with distinct, a listed
+    move that repeats an earlier one of its row's list is worth 0; its advantage is
     (value - mean) / max(std, min_std) over the rows of its group that have that slot (0
     when they all agree); a slot only one row of its group has keeps that row's sequence
     advantage."""
@@ -104,9 +108,13 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
         for i in range(g, g + group):
             if fens[i] is None:
                 continue
-            legal = legal_moves(fens[i])
+            legal, listed = legal_moves(fens[i]), set()
             for slot, a, b, move in move_spans(texts[i]):
                 value = float(move in legal)
+                if slot != "B":
+                    if distinct and move in listed:
+                        value = 0.0
+                    listed.add(move)
                 if value and bonus is not None:
                     value += bonus(i, slot, move)
                 slots.setdefault(slot, []).append((i, a, b, value))
@@ -123,11 +131,13 @@ class MoveCredit:
     """Move credit for the rollouts of one tokenizer (`algorithm.credit=moves`); it keeps
     each token's decoded length (`token_ends`' cache) across steps. move_quality: weight of
     a legal `B:` move's `labelled_quality` in its slot's value; listed_quality: that of a
-    legal listed move's (0 = legality alone)."""
+    legal listed move's (0 = legality alone); distinct: a repeated listed move is worth 0."""
 
-    def __init__(self, tokenizer, move_quality: float = 0.0, listed_quality: float = 0.0):
+    def __init__(self, tokenizer, move_quality: float = 0.0, listed_quality: float = 0.0,
+                 distinct: bool = False):
         self.tokenizer, self.lengths = tokenizer, {}
         self.move_quality, self.listed_quality = float(move_quality), float(listed_quality)
+        self.distinct = bool(distinct)
 
     def bonus(self, truth: PolicyTruth, slot: str, move: str) -> float:
         """The quality part of a legal move's slot value: its weight x `labelled_quality`."""
@@ -145,4 +155,4 @@ class MoveCredit:
             if self.move_quality or self.listed_quality else None
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
                                rollout.completion_ids.shape[1],
-                               bonus=bonus).to(seq_adv.device)
+                               bonus=bonus, distinct=self.distinct).to(seq_adv.device)

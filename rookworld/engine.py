@@ -55,7 +55,8 @@ class GRPOEngine:
         self.policy, self.reward, self.algorithm, self.kl = policy, reward, algorithm, kl
         self.sampling, self.G, self.dist = sampling, s.num_generations, dist
         self.move_credit = credit.MoveCredit(policy.tokenizer, algorithm.move_quality,
-                                             algorithm.listed_quality) \
+                                             algorithm.listed_quality,
+                                             algorithm.distinct_moves) \
             if algorithm.credit == "moves" else None
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference.device) if s.reference.device else self.device

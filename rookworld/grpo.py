@@ -444,7 +444,8 @@ class Algorithm:
       characters the advantage of its own legality, rookworld/credit.py); move_quality:
       under move credit, weight of a legal B: move's labelled engine quality beside its
       legality (`credit.labelled_quality`; 0 = legality alone); listed_quality: the same
-      for each legal listed move; critic: a
+      for each legal listed move; distinct_moves: under move credit, a listed move that
+      repeats an earlier one of its list is worth what an illegal one is; critic: a
       `CriticSettings` for PPO with a value function (the loss's advantages come from
       GAE over its values; `advantage` then only summarises the groups in the logs), or
       None (GRPO and its kin).
@@ -458,6 +459,7 @@ class Algorithm:
     credit: str = "sequence"
     move_quality: float = 0.0
     listed_quality: float = 0.0
+    distinct_moves: bool = False
     critic: CriticSettings | None = None
 
     def __post_init__(self):
@@ -473,6 +475,9 @@ class Algorithm:
                 raise ValueError(f"algorithm.{name}={value} must be finite, >= 0, and above 0 "
                                  "only with algorithm.credit=moves (it weighs a move's slot "
                                  "in move credit)")
+        if self.distinct_moves and self.credit != "moves":
+            raise ValueError("algorithm.distinct_moves values a move credit's slots; set "
+                             "algorithm.credit=moves")
         if self.critic is not None and self.credit != "sequence":
             raise ValueError("algorithm.critic gives every token its own GAE advantage; "
                              "set algorithm.credit=sequence (move credit is GRPO's)")

@@ -168,6 +168,29 @@ def test_listed_quality_ranks_legal_listed_moves_and_leaves_the_best_move_to_leg
     assert best == [0.0, 0.0, 0.0]  # all legal alike: no quality weight on B:
 
 
+def test_distinct_moves_values_a_repeated_listed_move_as_an_illegal_one():
+    """Two rows listing e2e4 twice and e2e4 then d2d4: without distinct_moves both second
+    slots are legal and tie; with it the repeat is worth what an illegal move is."""
+    texts = [" M: e2e4 e2e4  E: 0.3 0.3  B: e2e4", " M: e2e4 d2d4  E: 0.3 0.1  B: e2e4"]
+    tok = build_char_tokenizer()
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ends = [credit.token_ends(tok, i) for i in ids]
+    spans = [dict((s, a) for s, a, _, _ in credit.move_spans(t)) for t in texts]
+
+    def second_slot(distinct):
+        adv = credit.move_advantages(torch.zeros(2), [START] * 2, texts, ends, 2,
+                                     max(map(len, ids)), distinct=distinct)
+        return [adv[i, spans[i]["M1"]].item() for i in range(2)]
+
+    assert second_slot(False) == [0.0, 0.0]
+    repeat, other = second_slot(True)
+    assert repeat < 0 < other
+    from rookworld.grpo import Algorithm
+    with pytest.raises(ValueError, match="distinct_moves"):
+        Algorithm(credit="sequence", distinct_moves=True)
+    assert compose(["algorithm.distinct_moves=true"]).algorithm.distinct_moves is True
+
+
 @pytest.mark.parametrize("name", ["move_quality", "listed_quality"])
 def test_move_quality_needs_move_credit(name):
     from rookworld.grpo import Algorithm
