@@ -19,6 +19,7 @@ from pathlib import Path
 
 from paired_table import seed_interval
 
+from rookworld.held_out import is_change
 from rookworld.strength.acpl import common_loss_change
 
 MEASURES = ("P/best_legal", "P/legal", "P/best", "P/top5", "P/eval_error", "A/fen_exact",
@@ -28,11 +29,12 @@ MEASURES = ("P/best_legal", "P/legal", "P/best", "P/top5", "P/eval_error", "A/fe
 
 
 def change(run: Path, measure: str) -> tuple[float, float | None] | None:
-    """(final - start, paired half-width) of one run's measure; None when it lacks it."""
+    """(final - start, paired half-width) of one run's measure (a change metric: its own
+    value and half-width); None when it lacks it."""
     out = json.loads((run / "outcome.json").read_text())
     first, last = out["initial_eval"], out["final_eval"]
     key = f"eval/{measure}"
-    if measure.endswith("_change"):  # a change already, with its own standard error
+    if is_change(key):  # a change already, with its own standard error
         if key not in last:  # a run older than the metric: from its suite's own files
             return both_legal_from_reports(run)
         se = last.get(f"eval_se/{measure}")
@@ -47,12 +49,13 @@ def change(run: Path, measure: str) -> tuple[float, float | None] | None:
 
 def both_legal_from_reports(run: Path) -> tuple[float, float] | None:
     """The centipawn loss's paired change over the positions both the start and the final
-    model answered legally, from the strength reports (strength/start, the last step)."""
+    model answered legally, from the strength reports (strength/start and the highest
+    step-N, the final evaluation's unless a killed attempt left a later one)."""
     reports = run / "strength"
     steps = sorted(reports.glob("step-*/strength.json"), key=lambda p: int(p.parent.name[5:]))
     if not steps or not (reports / "start" / "strength.json").exists():
         return None
-    losses = [json.loads(p.read_text())["free"].get("acpl", {}).get("losses")
+    losses = [json.loads(p.read_text()).get("free", {}).get("acpl", {}).get("losses")
               for p in (reports / "start" / "strength.json", steps[-1])]
     change = None if None in losses else common_loss_change(*losses)
     return None if change is None else (change[0], 1.96 * change[1])

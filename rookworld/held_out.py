@@ -57,13 +57,15 @@ def n_key(key: str) -> str:
     return f"{prefix}_n/{rest}"
 
 
-def paired_se(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
+def paired_se(before: dict[str, list[float | None]],
+              after: dict[str, list[float | None]]) -> dict:
     """{dse_key(k): standard error of the mean of after[k] - before[k]} for every key
     both hold over the same number of samples (per-sample values, as Evaluator fills);
-    lists with gaps (None) are left to their own pairing (`strength.common_changes`)."""
+    per-item lists that are not a metric's samples (`..._by_position`, with None for an
+    item without a value) are left to their own pairing (`strength.common_changes`)."""
     return {dse_key(k): mean_se([b - a for a, b in zip(before[k], v)])[1]
             for k, v in after.items() if k in before and len(before[k]) == len(v)
-            and None not in v and None not in before[k]}
+            and not k.removesuffix("_masked").endswith("_by_position")}
 
 
 def is_change(key: str) -> bool:

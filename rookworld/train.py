@@ -152,7 +152,8 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
     """-> (metrics, per-sample values), the strength suite's among them when there is
     one (its report and games under strength/<start|step-N>/). The values go to
     samples_file; against the baseline's (the start's) they give each metric's paired
-    change interval."""
+    change interval and the centipawn loss's change on the positions both answered legally
+    (`strength.common_changes`)."""
     t0 = time.perf_counter()
     label = "start" if step < 0 else f"step {step}"
     values = {}

@@ -118,8 +118,10 @@ def test_the_loss_change_is_paired_on_the_positions_both_models_answered_legally
     assert out["eval/strength/acpl_both_legal_change"] == pytest.approx(-160 / 3)
     assert out["eval_se/strength/acpl_both_legal_change"] == pytest.approx(29.059, abs=1e-3)
     assert out["eval_n/strength/acpl_both_legal_change"] == 3
-    # the per-position losses hold gaps, so the ordinary paired interval leaves them alone
+    # the per-position losses are no metric's samples: the ordinary paired interval leaves
+    # them alone, gaps or none
     assert paired_se(before, after) == {}
+    assert paired_se(before, {"eval/strength/acpl_by_position_masked": [5.0, 20.0]}) == {}
     first = {"eval/strength/acpl": 112.5, "eval_se/strength/acpl": 60.0}
     last = {"eval/strength/acpl": 197.5, "eval_se/strength/acpl": 100.0} | out
     rows = before_after_table(first, last).splitlines()
