@@ -20,7 +20,8 @@
 #   top5 (the listed moves' overlap with the engine's five weighted in the reward as much as
 #   each legality part, so that the listed moves keep to the engine's); listed (a legal
 #   listed move's labelled engine quality in its move credit, algorithm.listed_quality=1.0);
-#   listed4 (that quality four times a listed move's legality).
+#   listed4 (that quality four times a listed move's legality); distinct (a listed move
+#   repeating an earlier one of its list worth what an illegal one is in move credit).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
 # adds those overrides to every run (float32 products where auto would take bf16).
 set -euo pipefail
@@ -67,6 +68,7 @@ for arm in "${arms[@]}"; do
     top5) extra=(reward.policy_weights.top5=0.5) ;;
     listed) extra=(algorithm.listed_quality=1.0) ;;
     listed4) extra=(algorithm.listed_quality=4.0) ;;
+    distinct) extra=(algorithm.distinct_moves=true) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
