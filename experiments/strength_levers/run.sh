@@ -21,7 +21,8 @@
 #   each legality part, so that the listed moves keep to the engine's); listed (a legal
 #   listed move's labelled engine quality in its move credit, algorithm.listed_quality=1.0);
 #   listed4 (that quality four times a listed move's legality); distinct (a listed move
-#   repeating an earlier one of its list worth what an illegal one is in move credit).
+#   repeating an earlier one of its list worth what an illegal one is in move credit);
+#   distinct80 (that over 80 steps).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
 # adds those overrides to every run (float32 products where auto would take bf16).
 set -euo pipefail
@@ -69,6 +70,7 @@ for arm in "${arms[@]}"; do
     listed) extra=(algorithm.listed_quality=1.0) ;;
     listed4) extra=(algorithm.listed_quality=4.0) ;;
     distinct) extra=(algorithm.distinct_moves=true) ;;
+    distinct80) extra=(algorithm.distinct_moves=true steps=80) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
