@@ -3,8 +3,7 @@ from the runs' own before/after evaluations (outcome.json), with each run's pair
 interval (1.96 x eval_dse; for a measure without a paired standard error, as the centipawn
 loss over each model's own legal answers, 1.96 x the two evaluations' standard errors
 added in quadrature, as the run's own table prints; for a change metric, as the centipawn
-loss on the positions both models answered legally, its own value and interval, taken from
-the suite's strength.json files where the run predates it), then the
+loss on the positions both models answered legally, its own value and interval), then the
 arm's mean over its seeds with a 95% t interval over the seeds (run-to-run spread).
 
     python experiments/arms_table.py outputs/games_study positions games
@@ -20,7 +19,6 @@ from pathlib import Path
 from paired_table import seed_interval
 
 from rookworld.held_out import is_change
-from rookworld.strength.acpl import common_loss_change
 
 MEASURES = ("P/best_legal", "P/legal", "P/best", "P/top5", "P/eval_error", "A/fen_exact",
             "strength/puzzles_first", "strength/puzzles_illegal", "strength/random_score",
@@ -35,8 +33,8 @@ def change(run: Path, measure: str) -> tuple[float, float | None] | None:
     first, last = out["initial_eval"], out["final_eval"]
     key = f"eval/{measure}"
     if is_change(key):  # a change already, with its own standard error
-        if key not in last:  # a run older than the metric: from its suite's own files
-            return both_legal_from_reports(run)
+        if key not in last:
+            return None
         se = last.get(f"eval_se/{measure}")
         return last[key], None if se is None else 1.96 * se
     if key not in first or key not in last:
@@ -45,20 +43,6 @@ def change(run: Path, measure: str) -> tuple[float, float | None] | None:
     if dse is None and f"eval_se/{measure}" in first and f"eval_se/{measure}" in last:
         dse = (first[f"eval_se/{measure}"] ** 2 + last[f"eval_se/{measure}"] ** 2) ** 0.5
     return last[key] - first[key], None if dse is None else 1.96 * dse
-
-
-def both_legal_from_reports(run: Path) -> tuple[float, float] | None:
-    """The centipawn loss's paired change over the positions both the start and the final
-    model answered legally, from the strength reports (strength/start and the highest
-    step-N, the final evaluation's unless a killed attempt left a later one)."""
-    reports = run / "strength"
-    steps = sorted(reports.glob("step-*/strength.json"), key=lambda p: int(p.parent.name[5:]))
-    if not steps or not (reports / "start" / "strength.json").exists():
-        return None
-    losses = [json.loads(p.read_text()).get("free", {}).get("acpl", {}).get("losses")
-              for p in (reports / "start" / "strength.json", steps[-1])]
-    change = None if None in losses else common_loss_change(*losses)
-    return None if change is None else (change[0], 1.96 * change[1])
 
 
 def cell(c: tuple[float, float | None] | None) -> str:
