@@ -22,7 +22,12 @@
 #   listed move's labelled engine quality in its move credit, algorithm.listed_quality=1.0);
 #   listed4 (that quality four times a listed move's legality); distinct (a listed move
 #   repeating an earlier one of its list worth what an illegal one is in move credit);
-#   distinct80 (that over 80 steps).
+#   distinct80 (that over 80 steps); temp04, temp10 (rollout temperature 0.4 and 1.0 instead
+#   of 0.7); distinct_lr (distinct at twice the learning rate, 6e-5); distinct_listed
+#   (distinct with the listed moves' engine quality, algorithm.listed_quality=1.0);
+#   distinct_listed80 (that over 80 steps); seen64 (P only, on 64 training positions seen
+#   about 11 times each, with quality4's credit: seen_positions.py measures them); seen64_150
+#   (that over 150 steps, about 37 times each).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
 # adds those overrides to every run (float32 products where auto would take bf16).
 set -euo pipefail
@@ -43,6 +48,11 @@ in_check() {  # the training file with P positions 30% in check, made once per o
   [ -f "$out/check30.jsonl.gz" ] || \
     $py experiments/embedded_baseline/check_share.py "$out/check30.jsonl.gz" >&2 || exit 1
   realpath "$out/check30.jsonl.gz"
+}
+seen() {  # 64 training P positions, made once per output dir
+  [ -f "$out/seen64.jsonl.gz" ] || \
+    $py experiments/strength_levers/seen_positions.py write "$out/seen64.jsonl.gz" >&2 || exit 1
+  realpath "$out/seen64.jsonl.gz"
 }
 only_moves() {  # the only-move training file, made once per output dir
   [ -f "$out/only_moves.jsonl.gz" ] || \
@@ -71,6 +81,15 @@ for arm in "${arms[@]}"; do
     listed4) extra=(algorithm.listed_quality=4.0) ;;
     distinct) extra=(algorithm.distinct_moves=true) ;;
     distinct80) extra=(algorithm.distinct_moves=true steps=80) ;;
+    temp04) extra=(sampler.temperature=0.4) ;;
+    temp10) extra=(sampler.temperature=1.0) ;;
+    distinct_lr) extra=(algorithm.distinct_moves=true optim.lr=6.0e-5) ;;
+    distinct_listed) extra=(algorithm.distinct_moves=true algorithm.listed_quality=1.0) ;;
+    seen64) extra=("data.train=$(seen)" task_mix=policy_only algorithm.move_quality=4.0) ;;
+    seen64_150)
+      extra=("data.train=$(seen)" task_mix=policy_only algorithm.move_quality=4.0 steps=150) ;;
+    distinct_listed80)
+      extra=(algorithm.distinct_moves=true algorithm.listed_quality=1.0 steps=80) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
