@@ -1,13 +1,17 @@
 """What GRPO has to learn from: how often a group of the model's sampled P answers holds a
 better move than its greedy one. For the first N bundled puzzles and the first N held-out P
 positions it prints, greedy and for k samples at each temperature, the share of answers
-that solve the puzzle (any mate counts in a mate-in-1) or name the engine's best move, the
-share of prompts where any of the k does (pass@k), and the share of prompts whose k
-answers are mixed, some right and some not: the only prompts where a reward for the right
-move gives the move a nonzero advantage within its group. Each share has its ~95% normal
-interval over prompts. For held-out positions it also gives the share of groups whose legal
-B: moves differ in labelled engine quality (`credit.labelled_quality`), where a quality
-credit has something to push.
+that solve the puzzle (its first move, or any mating move, as the strength suite scores
+it) or name the engine's labelled best move (`PolicyTruth.best`, without the ties
+`eval/P/best` counts), the share of prompts where any of the k does (pass@k), and the share
+of prompts whose k answers are mixed, some right and some not: the only prompts where a
+reward for the right move reaching the move (sequence credit, or move quality under move
+credit) gives it a nonzero advantage within its group. Each share has a ~95% normal
+interval over prompts (for the share of answers, p(1-p)/prompts: conservative). For
+held-out positions it also gives the share of all N groups whose legal B: moves differ in
+labelled engine quality (`credit.labelled_quality`), where quality credit has something to
+push (a B: move without the M:/E: fields before it counts too, as the player reads it,
+though move credit reaches only well-formed answers).
 
     python experiments/strength_levers/pass_at_k.py shipped --positions 500 --k 8
 """
@@ -35,6 +39,32 @@ def share(k: float, n: int) -> str:
     return f"{p:.3f} ± {1.96 * math.sqrt(p * (1 - p) / max(n, 1)):.3f}"
 
 
+def solves(puzzle, text: str) -> bool:
+    """The completion's B: move solves the puzzle's first move."""
+    return is_right(chess.Board(puzzle.fen), parse_policy(text).best or None, puzzle.solution[0])
+
+
+def names_best(truth, text: str) -> bool:
+    """The completion's B: move is the engine's labelled best move."""
+    return parse_policy(text).best == truth.best
+
+
+def quality_differs(truth, texts: list[str]) -> bool:
+    """The completions' legal B: moves (read as the player reads them) differ in labelled
+    engine quality."""
+    board = chess.Board(truth.fen)
+    legal = [m for m in (parse_policy(t).best for t in texts) if is_legal(board, m)]
+    return len({labelled_quality(truth, m) for m in legal}) > 1
+
+
+def group_shares(right: list[list[bool]]) -> tuple[float, float, float]:
+    """(share of answers right, share of groups with any right, share of mixed groups) over
+    groups of answers judged right or not."""
+    n = len(right)
+    return (sum(map(sum, right)) / sum(map(len, right)), sum(map(any, right)) / n,
+            sum(any(r) and not all(r) for r in right) / n)
+
+
 def groups(player: ModelPlayer, fens: list[str], k: int) -> list[list[str]]:
     """k sampled completions per position, as [position][sample]."""
     draws = [[a.text for a in player.answers(fens)] for _ in range(k)]
@@ -44,9 +74,7 @@ def groups(player: ModelPlayer, fens: list[str], k: int) -> list[list[str]]:
 def rows(name: str, right: list[list[bool]]) -> list[str]:
     """Table cells for one set of answers: per answer, pass@k, mixed groups."""
     n = len(right)
-    per = sum(map(sum, right)) / max(len(right[0]), 1)
-    return [name, share(per, n), share(sum(map(any, right)), n),
-            share(sum(any(r) and not all(r) for r in right), n)]
+    return [name] + [share(x * n, n) for x in group_shares(right)]
 
 
 def main() -> None:
@@ -64,17 +92,10 @@ def main() -> None:
               if s.task == "P"][:args.positions]
 
     def solved(texts: list[str], i: int) -> list[bool]:
-        p = puzzles[i]
-        return [is_right(chess.Board(p.fen), parse_policy(t).best or None, p.solution[0])
-                for t in texts]
+        return [solves(puzzles[i], t) for t in texts]
 
     def best(texts: list[str], i: int) -> list[bool]:
-        return [parse_policy(t).best == truths[i].best for t in texts]
-
-    def quality_spread(texts: list[str], i: int) -> bool:
-        board = chess.Board(truths[i].fen)
-        legal = [m for m in (parse_policy(t).best for t in texts) if is_legal(board, m)]
-        return len({labelled_quality(truths[i], m) for m in legal}) > 1
+        return [names_best(truths[i], t) for t in texts]
 
     sets = {"puzzles, first move solved": ([p.fen for p in puzzles], solved),
             "held-out P, the engine's best move": ([t.fen for t in truths], best)}
@@ -90,7 +111,7 @@ def main() -> None:
             right = [judge(g, i) for i, g in enumerate(drawn)]
             print("| " + " | ".join([label] + rows(f"{args.k} at T={t}", right)) + " |")
             if judge is best:
-                spreads[t] = sum(quality_spread(g, i) for i, g in enumerate(drawn))
+                spreads[t] = sum(quality_differs(truths[i], g) for i, g in enumerate(drawn))
     for t, k in spreads.items():
         print(f"\nheld-out P groups at T={t} whose legal B: moves differ in labelled quality: "
               f"{share(k, len(truths))}")

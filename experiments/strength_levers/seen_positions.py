@@ -1,11 +1,12 @@
 """Can GRPO make the B: move better on the positions it trains on? `write` makes a training
-file of N bundled P positions (drawn at random from the train split, no A samples), so that
-a run of 45 steps of 16 prompts sees each of 64 positions about 11 times; `measure` gives,
-for each model, the greedy answers' share naming the engine's best move, their mean labelled
-engine quality (`credit.labelled_quality`, 0 for an illegal or unlabelled move) and the
-share of legal B: moves on those positions, each with its ~95% interval. A B: move that
-gets better where it was trained but not on held-out positions (the run's own before/after
-table) says the credit works and does not carry to new positions.
+file of N bundled P positions (drawn at random from the train split, no A samples): a run of
+45 steps of 16 prompts trains on each of 64 positions about 11 times on average (the
+default prompt filter draws twice as many and keeps the 16 whose greedy answers score
+lowest, so positions the model answers illegally are trained on first). `measure` gives,
+for each model, the greedy answers' share naming the engine's labelled best move, their
+mean labelled engine quality (`credit.labelled_quality`, 0 for an illegal or unlabelled
+move) and the share of legal B: moves on those positions, and each later model's change
+against the first, paired by position, each with its ~95% interval.
 
     python experiments/strength_levers/seen_positions.py write OUT.jsonl.gz --n 64
     python -m rookworld.train data.train=OUT.jsonl.gz task_mix=policy_only \
@@ -13,7 +14,8 @@ table) says the credit works and does not carry to new positions.
     python experiments/strength_levers/seen_positions.py measure OUT.jsonl.gz shipped \
         RUN/checkpoints/step-000045/model
 
-(`run.sh`'s arm seen64 makes the file and runs the second command.)
+(`run.sh`'s arm seen64 makes the file and runs the second command with its strength
+measures and overrides.)
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from rookworld.sampling import per_task_settings
 from rookworld.strength.player import ModelPlayer
 from rookworld.strength.puzzles import is_legal
 
+KEYS = ("best", "quality", "legal")
+
 
 def write(out: str, n: int, seed: int) -> None:
     """N bundled train-split P rows drawn at random, as a .jsonl.gz training file."""
@@ -54,21 +58,34 @@ def mean_ci(values: list[float]) -> str:
     return f"{m:.3f} ± {1.96 * sd / math.sqrt(n):.3f}"
 
 
+def scores(truths, moves: list[str | None]) -> dict[str, list[float]]:
+    """Per position: the move is the engine's labelled best (1/0), its labelled engine
+    quality (0 for an illegal or unlabelled move), it is legal (1/0)."""
+    legal = [is_legal(chess.Board(t.fen), m) for t, m in zip(truths, moves)]
+    return {"best": [float(m == t.best) for t, m in zip(truths, moves)],
+            "quality": [labelled_quality(t, m) if ok else 0.0
+                        for t, m, ok in zip(truths, moves, legal)],
+            "legal": [float(ok) for ok in legal]}
+
+
 def measure(path: str, models: list[str]) -> None:
-    """Greedy best-move share, labelled quality and legality of each model on path's P."""
+    """Greedy best-move share, labelled quality and legality of each model on path's P
+    positions, and each later model's change against the first, paired by position."""
     truths = [s.truth for s in read_samples(path) if s.task == "P"]
     print(f"{len(truths)} positions of {path}\n")
     print("| model | the engine's best move | labelled engine quality | legal B: move |")
     print("|---|---|---|---|")
+    first = None
     for model in models:
         policy = load_embedded() if model == "shipped" else load_embedded(model)
-        moves = ModelPlayer(policy, per_task_settings()["P"])([t.fen for t in truths])
-        legal = [is_legal(chess.Board(t.fen), m) for t, m in zip(truths, moves)]
-        best = [float(m == t.best) for t, m in zip(truths, moves)]
-        quality = [labelled_quality(t, m) if ok else 0.0
-                   for t, m, ok in zip(truths, moves, legal)]
-        print(f"| {model} | {mean_ci(best)} | {mean_ci(quality)} | "
-              f"{mean_ci([float(x) for x in legal])} |")
+        got = scores(truths, ModelPlayer(policy, per_task_settings()["P"])(
+            [t.fen for t in truths]))
+        print(f"| {model} | " + " | ".join(mean_ci(got[k]) for k in KEYS) + " |")
+        if first is None:
+            first = got
+        else:
+            print(f"| change against {models[0]} | " + " | ".join(
+                mean_ci([b - a for a, b in zip(first[k], got[k])]) for k in KEYS) + " |")
 
 
 def main() -> None:
