@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import random
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from rookworld.config import pkg_data
 from rookworld.credit import labelled_quality
 from rookworld.data.load import read_samples
 from rookworld.data.loaders import read_lines
+from rookworld.held_out import mean_se
 from rookworld.policy import load_embedded
 from rookworld.sampling import per_task_settings
 from rookworld.strength.player import ModelPlayer
@@ -52,10 +52,8 @@ def write(out: str, n: int, seed: int) -> None:
 
 def mean_ci(values: list[float]) -> str:
     """Mean with its ~95% normal interval."""
-    n = len(values)
-    m = sum(values) / n
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / max(n - 1, 1))
-    return f"{m:.3f} ± {1.96 * sd / math.sqrt(n):.3f}"
+    m, se = mean_se(values)
+    return f"{m:.3f} ± {1.96 * se:.3f}"
 
 
 def scores(truths, moves: list[str | None]) -> dict[str, list[float]]:
