@@ -241,7 +241,7 @@ def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = N
 
 {architecture(arch, report['parameters'])} trained by this project with
 `python -m rookworld.pretrain` on data from its own generator (`rookworld.data.generate`;
-each stage below names its training file, and the command that makes it again): next-token
+each stage below names its training file and the command it was run with): next-token
 loss on completions only, both tasks (P and A), exact RookWorld text formats
 (docs/formats.md). It stands in for RookWorld-LM-124M when no hub
 is reachable.
@@ -252,7 +252,10 @@ is reachable.
 
 In all: {sum(s["samples"] for s in lineage["stages"]):,} samples and
 {sum(s["minutes"] for s in lineage["stages"]):.1f} training minutes. A stage that starts from
-`model=embedded` continues the shipped weights with a fresh optimiser and schedule;
+`model=embedded` continued the shipped weights of its time (the stage before's) with a fresh
+optimiser and schedule; to run a stage again, point `model.path=` at the stage before's export,
+and add `replace_shipped=true` where it exports to rookworld/assets/model (pretrain refuses to
+replace the shipped model without it);
 `training.json` beside the weights records every stage and the whole curve. A stage stops at
 `max_minutes`, so on a busy machine it ends before its schedule does (the last stage ran
 {total['steps']} of {cfg.steps} scheduled steps). Batches are a function of (seed, step), so

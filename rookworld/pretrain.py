@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from . import precision, runtime
-from .config import WHITELIST, instantiate
+from .config import WHITELIST, check_not_shipped, instantiate
 from .data.load import read_samples
 from .errors import ConfigError
 from .evaluate import measure
@@ -33,13 +33,8 @@ from .sft import encode, lm_loss, make_batch
 
 def check_export_target(export_to: str | None, replace_shipped: bool) -> None:
     """ConfigError when export_to names the shipped model's directory (`policy.EMBEDDED_DIR`)
-    and replace_shipped is not true: a default run would overwrite the model every command
-    of the project starts from."""
-    if export_to and Path(export_to).expanduser().resolve() == EMBEDDED_DIR.resolve() \
-            and replace_shipped is not True:
-        raise ConfigError(f"export_to={export_to} is the shipped model, which this run would "
-                          "replace; export elsewhere, or pass replace_shipped=true to replace "
-                          "it on purpose")
+    and replace_shipped is not true."""
+    check_not_shipped(export_to, EMBEDDED_DIR, replace_shipped, "export_to")
 
 
 def get_lr(step: int, cfg) -> float:

@@ -37,6 +37,17 @@ def test_config_composes():
     assert sum(cfg.phase_shares.values()) == pytest.approx(1.0)
 
 
+def test_writing_over_the_shipped_splits_is_refused_unless_asked(tmp_path):
+    from rookworld.data.generate import SHIPPED_DATA
+    from rookworld.errors import ConfigError
+
+    before = {f.name: f.stat().st_mtime_ns for f in SHIPPED_DATA.iterdir()}
+    with pytest.raises(ConfigError, match="replace_shipped=true"):
+        run(_cfg(SHIPPED_DATA, tmp_path / "cache"))
+    assert {f.name: f.stat().st_mtime_ns for f in SHIPPED_DATA.iterdir()} == before
+    assert not (tmp_path / "cache").exists()  # refused before any game is played
+
+
 @pytest.mark.usefixtures("stockfish")
 def test_deterministic_and_resumable(tmp_path):
     first = run(_cfg(tmp_path / "a", tmp_path / "cache_a"))

@@ -24,12 +24,16 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
+from rookworld.config import PACKAGE_DIR, check_not_shipped
+from rookworld.errors import ConfigError
 
 from .card import write_card
 from .games import GameStyle, play_games
 from .positions import Position, game_positions
 from .select import check_p_kinds, env_samples, policy_positions, policy_samples
 from .splits import split_of
+
+SHIPPED_DATA = PACKAGE_DIR / "assets" / "data"  # the bundled splits every default run reads
 
 
 def _digest(*parts) -> str:
@@ -109,6 +113,8 @@ def write_jsonl_gz(path: Path, samples) -> None:
 
 def run(cfg: DictConfig) -> dict:
     check_p_kinds(_p_kinds(cfg), cfg.get("only_move_gap", 1.0), cfg.engine.multipv)
+    check_not_shipped(to_absolute_path(cfg.out_dir), SHIPPED_DATA,
+                      cfg.get("replace_shipped", False), "out_dir")
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
@@ -133,7 +139,10 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="../../conf", config_name="generate")
 def main(cfg: DictConfig) -> None:
-    print(run(cfg))
+    try:
+        print(run(cfg))
+    except ConfigError as e:
+        raise SystemExit(f"rookworld: {e}") from None
 
 
 if __name__ == "__main__":
