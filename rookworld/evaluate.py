@@ -83,6 +83,8 @@ def main(cfg: DictConfig) -> None:
                          f"got {cfg.suite!r}")
     runtime.setup()  # the process-wide choices, before the model
     earlier = json.loads(Path(cfg.against).read_text()) if cfg.against else None
+    if cfg.out:  # made before the measurements, so a path that cannot be written fails first
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     per_sample = {}
     policy, held_out = instantiate(cfg.model), read_samples(cfg.data.eval)
     results = measure(policy, cfg, held_out, per_sample) if cfg.suite != "strength" else {}

@@ -177,19 +177,21 @@ def test_cli_bad_value_exits_nonzero_naming_the_key(tmp_path):
 def test_evaluate_against_an_earlier_file_prints_the_paired_change(synthetic_data, tmp_path):
     """Two evaluations of the embedded model, the second with P completions cut short (so
     its P answers fail), print the change with the paired interval of the same samples,
-    and write only their `out` files (no log file in the working directory)."""
+    and write only their `out` files (no log file in the working directory; a missing
+    folder of `out` made)."""
     common = ["-m", "rookworld.evaluate", f"data.eval={synthetic_data[1]}",
               "data.eval_per_task=8", "data.external_eval=null"]
     first = subprocess.run([sys.executable, *common, f"out={tmp_path}/a.json"],
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     second = subprocess.run([sys.executable, *common, "+sampler.per_task.P.max_new_tokens=40",
-                             f"out={tmp_path}/b.json", f"against={tmp_path}/a.json"],
+                             f"out={tmp_path}/later/b.json", f"against={tmp_path}/a.json"],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "later"]  # nothing else
+    assert [p.name for p in (tmp_path / "later").iterdir()] == ["b.json"]
     a, b = (json.loads((tmp_path / f).read_text())["per_sample"]["held_out"]["eval/P/reward"]
-            for f in ("a.json", "b.json"))
+            for f in ("a.json", "later/b.json"))
     diffs = [y - x for x, y in zip(a, b)]
     mean = sum(diffs) / len(diffs)
     se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5

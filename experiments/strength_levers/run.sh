@@ -15,8 +15,8 @@
 #   positions 30% in check, experiments/embedded_baseline/check_share.py, against 8.8%);
 #   engine_sequence (reward=engine, the B: move scored by its engine loss, under sequence
 #   credit, so that the score reaches the B: move's characters); steps80 (80 GRPO steps
-#   instead of 45, about the most that fits the main job's 10 minutes in float32 on 2 cores);
-#   steps300 (300 steps, beyond the budget: whether more of the same training moves strength);
+#   instead of 45, about the most that fits the main job's 10 minutes in float32 on a
+#   2-core AMD EPYC with AVX512-BF16); steps300 (300 steps, beyond the budget: whether more of the same training moves strength);
 #   top5 (the listed moves' overlap with the engine's five weighted in the reward as much as
 #   each legality part, so that the listed moves keep to the engine's); listed (a legal
 #   listed move's labelled engine quality in its move credit, algorithm.listed_quality=1.0);
@@ -25,7 +25,8 @@
 #   distinct80 (that over 80 steps); temp04, temp10 (rollout temperature 0.4 and 1.0 instead
 #   of 0.7); distinct_lr (distinct at twice the learning rate, 6e-5); distinct_listed
 #   (distinct with the listed moves' engine quality, algorithm.listed_quality=1.0);
-#   distinct_listed80 (that over 80 steps); seen64 (P only, on 64 training positions seen
+#   distinct_listed80 (that over 80 steps); distinct_listed_quality (distinct_listed with the
+#   B: move's engine quality too, algorithm.move_quality=1.0); seen64 (P only, on 64 training positions seen
 #   about 11 times each, with quality4's credit: seen_positions.py measures them); seen64_150
 #   (that over 150 steps, about 37 times each).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
@@ -90,6 +91,8 @@ for arm in "${arms[@]}"; do
       extra=("data.train=$(seen)" task_mix=policy_only algorithm.move_quality=4.0 steps=150) ;;
     distinct_listed80)
       extra=(algorithm.distinct_moves=true algorithm.listed_quality=1.0 steps=80) ;;
+    distinct_listed_quality)
+      extra=(algorithm.distinct_moves=true algorithm.listed_quality=1.0 algorithm.move_quality=1.0) ;;
     *) echo "unknown arm $arm" >&2; exit 2 ;;
   esac
   for s in ${SEEDS:-0 1 2}; do
