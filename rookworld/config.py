@@ -72,17 +72,6 @@ def pkg_strength(name: str) -> str:
     return str(PACKAGE_DIR / "assets" / "strength" / name)
 
 
-def check_not_shipped(target: str | None, shipped: Path, replace_shipped: bool, key: str) -> None:
-    """ConfigError when `target` (the value of config key `key`) names the shipped directory
-    `shipped` and replace_shipped is not true: a run would overwrite what every default
-    command of the project starts from."""
-    if target and Path(target).expanduser().resolve() == shipped.resolve() \
-            and replace_shipped is not True:
-        raise ConfigError(f"{key}={target} is shipped with the package, and this run would "
-                          f"replace it; write elsewhere, or pass replace_shipped=true to "
-                          "replace it on purpose")
-
-
 if not OmegaConf.has_resolver("pkg_data"):
     OmegaConf.register_resolver("pkg_data", pkg_data)
 if not OmegaConf.has_resolver("pkg_strength"):

@@ -84,7 +84,10 @@ def main(cfg: DictConfig) -> None:
     runtime.setup()  # the process-wide choices, before the model
     earlier = json.loads(Path(cfg.against).read_text()) if cfg.against else None
     if cfg.out:  # made before the measurements, so a path that cannot be written fails first
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"rookworld: out={cfg.out}: cannot make its folder ({e})") from None
     per_sample = {}
     policy, held_out = instantiate(cfg.model), read_samples(cfg.data.eval)
     results = measure(policy, cfg, held_out, per_sample) if cfg.suite != "strength" else {}

@@ -21,9 +21,9 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from . import precision, runtime
-from .config import WHITELIST, check_not_shipped, instantiate
+from .config import WHITELIST, instantiate
 from .data.load import read_samples
-from .errors import ConfigError
+from .errors import ConfigError, check_not_shipped
 from .evaluate import measure
 from .files import atomic_write_text, sha256_file
 from .optim import cosine_schedule

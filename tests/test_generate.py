@@ -37,15 +37,49 @@ def test_config_composes():
     assert sum(cfg.phase_shares.values()) == pytest.approx(1.0)
 
 
-def test_writing_over_the_shipped_splits_is_refused_unless_asked(tmp_path):
+def test_the_guarded_folder_is_the_one_runs_read():
+    from rookworld.config import pkg_data
     from rookworld.data.generate import SHIPPED_DATA
+
+    assert SHIPPED_DATA == Path(pkg_data("train.jsonl.gz")).parent
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_writing_over_the_shipped_splits_is_refused_unless_asked(tmp_path, monkeypatch):
+    """The guard, pointed at a stand-in folder: refused before any game is played, and
+    written when replace_shipped=true says so."""
+    import rookworld.data.generate as generate
     from rookworld.errors import ConfigError
 
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(generate, "SHIPPED_DATA", shipped)
+    with pytest.raises(ConfigError, match="out_dir=.*replace_shipped=true"):
+        run(_cfg(shipped, tmp_path / "cache"))
+    assert not list(shipped.iterdir()) and not (tmp_path / "cache").exists()
+    run(_cfg(shipped, tmp_path / "cache", "replace_shipped=true"))
+    assert {f.name for f in shipped.iterdir()} == {"train.jsonl.gz", "eval.jsonl.gz",
+                                                  "DATA_CARD.md"}
+
+
+def test_the_command_line_refuses_the_shipped_splits_with_a_message(tmp_path):
+    """The real shipped folder, from the command line: exit 1 naming the key and the fix.
+    Were the guard gone, the engine path that does not exist stops the run before it
+    writes anything."""
+    import subprocess
+    import sys
+
+    from rookworld.data.generate import SHIPPED_DATA
+
     before = {f.name: f.stat().st_mtime_ns for f in SHIPPED_DATA.iterdir()}
-    with pytest.raises(ConfigError, match="replace_shipped=true"):
-        run(_cfg(SHIPPED_DATA, tmp_path / "cache"))
+    out = subprocess.run(
+        [sys.executable, "-m", "rookworld.data.generate", f"out_dir={SHIPPED_DATA}",
+         f"cache_dir={tmp_path / 'cache'}", "n_games=1", "workers=1", "progress=false",
+         f"engine.path={tmp_path / 'no-engine'}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1 and "replace_shipped=true" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
     assert {f.name: f.stat().st_mtime_ns for f in SHIPPED_DATA.iterdir()} == before
-    assert not (tmp_path / "cache").exists()  # refused before any game is played
 
 
 @pytest.mark.usefixtures("stockfish")

@@ -173,6 +173,16 @@ def test_cli_bad_value_exits_nonzero_naming_the_key(tmp_path):
     assert out.returncode != 0 and "num_generations" in out.stderr
 
 
+def test_evaluate_refuses_an_out_it_cannot_write_before_measuring(tmp_path):
+    """out= under a file (no folder can be made there): exit 1 naming out=, at once."""
+    (tmp_path / "file").write_text("")
+    out = subprocess.run([sys.executable, "-m", "rookworld.evaluate",
+                          f"out={tmp_path}/file/result.json"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 1 and "out=" in out.stderr and "Traceback" not in out.stderr
+    assert "held_out" not in out.stdout  # nothing was measured
+
+
 @pytest.mark.slow
 def test_evaluate_against_an_earlier_file_prints_the_paired_change(synthetic_data, tmp_path):
     """Two evaluations of the embedded model, the second with P completions cut short (so

@@ -1,6 +1,6 @@
 """`python -m rookworld.data.generate`: play games, pick positions, label, write.
 
-    python -m rookworld.data.generate                         # the bundled data
+    python -m rookworld.data.generate         # the bundled data's settings, into outputs/data
     python -m rookworld.data.generate out_dir=/tmp/d counts.train.P=2000 engine.depth=12
 
 Writes `train.jsonl.gz` and `eval.jsonl.gz` (rows of `Sample.to_json()`) and
@@ -24,8 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
-from rookworld.config import PACKAGE_DIR, check_not_shipped
-from rookworld.errors import ConfigError
+from rookworld.errors import ConfigError, check_not_shipped
 
 from .card import write_card
 from .games import GameStyle, play_games
@@ -33,7 +32,7 @@ from .positions import Position, game_positions
 from .select import check_p_kinds, env_samples, policy_positions, policy_samples
 from .splits import split_of
 
-SHIPPED_DATA = PACKAGE_DIR / "assets" / "data"  # the bundled splits every default run reads
+SHIPPED_DATA = Path(__file__).parents[1] / "assets" / "data"  # the bundled splits default runs read
 
 
 def _digest(*parts) -> str:
