@@ -112,9 +112,8 @@ def write_jsonl_gz(path: Path, samples) -> None:
 
 def run(cfg: DictConfig) -> dict:
     check_p_kinds(_p_kinds(cfg), cfg.get("only_move_gap", 1.0), cfg.engine.multipv)
-    check_not_shipped(to_absolute_path(cfg.out_dir), SHIPPED_DATA,
-                      cfg.get("replace_shipped", False), "out_dir")
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
+    check_not_shipped(str(out), SHIPPED_DATA, cfg.get("replace_shipped", False), "out_dir")
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     timing, t0 = {}, time.perf_counter()
