@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .grpo import normalise_groups
+from .grpo import normalise_groups, within_group
 
 NORMALIZE = ("none", "ema")
 BASELINES = ("group", "batch", "ema", "adaptive")
@@ -170,6 +170,23 @@ class RunningAdvantage:
         factor = self.warmup(step)
         self.last["adv/warmup"] = factor
         return (adv * factor).float()
+
+    def within(self, values: Tensor, step: int = 0) -> Tensor:
+        """Advantages of one group's values [k] (k >= 2) at `step`: move credit's slots
+        (`credit.move_advantages`). With the group baseline they are compared as this
+        advantage compares a group's rewards (scale group or none; a slot's batch is its
+        group, so batch divides by the group's own std); the running baselines and scales
+        are statistics of the sequence reward, which a move's legality does not share, so
+        there a group's slots are compared as GRPO does (group mean and std). Then the
+        clip and the warm-up factor, as for the rewards."""
+        per_group = self.normalize == "none" and self.baseline == "group" \
+            and self.scale in ("group", "none")
+        adv = within_group(values, self.scale if per_group else "group", self.min_std, self.clip)
+        return adv * self.warmup(step)
+
+    def __repr__(self) -> str:
+        return (f"RunningAdvantage(normalize={self.normalize!r}, baseline={self.baseline!r}, "
+                f"scale={self.scale!r}, clip={self.clip}, warmup_steps={self.warmup_steps})")
 
     def metrics(self) -> dict[str, float]:
         """What the last call measured: running means and stds, the baseline, the warm-up."""

@@ -339,6 +339,34 @@ def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
     return warnings
 
 
+MOVE_PARTS = ("best", "top5")  # ContinuousReward's P parts that judge which move is written
+
+
+def unreached_reward(cfg: DictConfig) -> list[str]:
+    """A warning when move credit keeps the reward's judgement of the moves from their own
+    characters: under algorithm.credit=moves a move's characters get its legality's
+    advantage (with move_quality / listed_quality, the labelled engine quality), so a reward
+    part that scores which move is best or listed (ContinuousReward's best and top5; the
+    graduated, binary, engine and curriculum rewards' best move) reaches only the other
+    tokens."""
+    if OmegaConf.select(cfg, "algorithm.credit") != "moves":
+        return []
+    reward = cfg.get("reward") or {}
+    target = str(reward.get("_target_", ""))
+    if target.endswith("ContinuousReward"):
+        weights = reward.get("policy_weights") or {}
+        parts = [k for k in MOVE_PARTS if float(weights.get(k, 0) or 0) > 0]
+        what = f"its {' and '.join(parts)} part{'s' if len(parts) > 1 else ''}"
+    else:
+        parts, what = [target], "its score of the B: move"
+    if not parts or not target:
+        return []
+    return [f"algorithm.credit=moves gives each move's characters the advantage of its "
+            f"legality: what the reward scores of the moves ({what}) reaches only the other "
+            f"tokens; algorithm.credit=sequence lets it reach the moves "
+            f"(algorithm.move_quality weighs the labelled engine quality under move credit)"]
+
+
 # settings whose default is not what a run made before they existed did: such a run
 # resumes with the value that does what it did
 BEFORE_THEY_EXISTED = {"prompt_filter.oversample": 1.0}  # every drawn prompt trained on

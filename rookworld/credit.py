@@ -4,9 +4,10 @@ GRPO gives every token of a completion its sequence's advantage, so an illegal m
 list of five legal ones is pushed up with them. With move credit, the characters of each
 listed move and of the `B:` move get the group-normalised advantage of their own legality:
 slot j (the j-th listed move, or the best move) of a group's rows is compared with slot j
-of the group's other rows that have one. Every other token (fields, evals, padding) keeps
-the sequence advantage, and so do rows of other tasks and P rows without the three fields
-throughout.
+of the group's other rows that have one, as the run's advantage compares a group's rewards
+(its `within`: GRPO's group std by default, RLOO's leave-one-out, a clip, a warm-up).
+Every other token (fields, evals, padding) keeps the sequence advantage, and so do rows of
+other tasks and P rows without the three fields throughout.
 
 A legal `B:` move can also carry its engine quality (`algorithm.move_quality` > 0): its
 slot's value is 1 + move_quality x `labelled_quality`, the move's loss against the engine's
@@ -88,9 +89,14 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
     return ends
 
 
+def group_std(values: Tensor) -> Tensor:
+    """GRPO's comparison of one group's slot values [k]: (value - mean) / max(std, 1e-4)."""
+    return normalise_groups(values[None], "group", 1e-4, shift=False)
+
+
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
-                    min_std: float = 1e-4,
+                    compare: Callable[[Tensor], Tensor] = group_std,
                     bonus: Callable[[int, str, str], float] | None = None,
                     distinct: bool = False) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
@@ -99,8 +105,9 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
     ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
     slot s of row i, when its move m is legal, 1 + bonus(i, s, m); with distinct, a listed
     move that repeats an earlier one of its row's list is worth 0; its advantage is
-    (value - mean) / max(std, min_std) over the rows of its group that have that slot (0
-    when they all agree); a slot only one row of its group has keeps that row's sequence
+    compare(the values of the rows of its group that have that slot): by default
+    (value - mean) / max(std, 1e-4), 0 when they all agree; the run's advantage's own
+    `within` in training. A slot only one row of its group has keeps that row's sequence
     advantage."""
     out = seq_adv.float()[:, None].repeat(1, width)
     for g in range(0, len(texts), group):
@@ -119,8 +126,7 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     value += bonus(i, slot, move)
                 slots.setdefault(slot, []).append((i, a, b, value))
         for rows in (r for r in slots.values() if len(r) > 1):  # alone: nothing to compare
-            values = torch.tensor([[r[3] for r in rows]])
-            adv = normalise_groups(values, "group", min_std, shift=False)
+            adv = compare(torch.tensor([r[3] for r in rows]))
             for (i, a, b, _), v in zip(rows, adv.tolist()):
                 # the tokens that hold characters a .. b-1
                 out[i, bisect.bisect_right(ends[i], a):bisect.bisect_left(ends[i], b) + 1] = v
@@ -131,11 +137,14 @@ class MoveCredit:
     """Move credit for the rollouts of one tokenizer (`algorithm.credit=moves`); it keeps
     each token's decoded length (`token_ends`' cache) across steps. move_quality: weight of
     a legal `B:` move's `labelled_quality` in its slot's value; listed_quality: that of a
-    legal listed move's (0 = legality alone); distinct: a repeated listed move is worth 0."""
+    legal listed move's (0 = legality alone); distinct: a repeated listed move is worth 0;
+    advantage: the run's advantage (`algorithm.advantage`), whose `within(values, step)`
+    compares a group's slots as it compares rewards (its scale, baseline, clip and
+    warm-up); None: GRPO's group std."""
 
     def __init__(self, tokenizer, move_quality: float = 0.0, listed_quality: float = 0.0,
-                 distinct: bool = False):
-        self.tokenizer, self.lengths = tokenizer, {}
+                 distinct: bool = False, advantage=None):
+        self.tokenizer, self.lengths, self.advantage = tokenizer, {}, advantage
         self.move_quality, self.listed_quality = float(move_quality), float(listed_quality)
         self.distinct = bool(distinct)
 
@@ -144,15 +153,19 @@ class MoveCredit:
         weight = self.move_quality if slot == "B" else self.listed_quality
         return weight * labelled_quality(truth, move) if weight else 0.0
 
-    def __call__(self, seq_adv: Tensor, rows, texts: list[str], rollout, group: int) -> Tensor:
+    def __call__(self, seq_adv: Tensor, rows, texts: list[str], rollout, group: int,
+                 step: int = 0) -> Tensor:
         """A rollout's [N] sequence advantages -> [N, T] with move credit, on their device
-        (rows: its samples, one per completion; texts: the decoded completions)."""
+        (rows: its samples, one per completion; texts: the decoded completions; step: the
+        training step, for an advantage's warm-up)."""
         fens = [s.truth.fen if s.task == "P" else None for s in rows]
         ends = [token_ends(self.tokenizer, ids[:int(n)], self.lengths) if fen else []
                 for ids, n, fen in zip(rollout.completion_ids.tolist(),
                                        rollout.completion_mask.sum(-1).tolist(), fens)]
         bonus = (lambda i, slot, move: self.bonus(rows[i].truth, slot, move)) \
             if self.move_quality or self.listed_quality else None
+        compare = group_std if self.advantage is None else \
+            (lambda values: self.advantage.within(values, step))
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
-                               rollout.completion_ids.shape[1],
+                               rollout.completion_ids.shape[1], compare=compare,
                                bonus=bonus, distinct=self.distinct).to(seq_adv.device)

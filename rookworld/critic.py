@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import torch
 from torch import Tensor, nn
 
 from .grpo import CriticSettings
-from .optim import AdamWSpec
+from .optim import AdamWSpec, load_schedule_state, scale_lr
 
 
 def hidden_size(config) -> int:
@@ -61,14 +62,23 @@ class Critic:
         return self.head(hidden.float()).squeeze(-1)
 
     def step(self) -> float:
-        """Clip the critic's gradients, step its optimiser and schedule; -> the gradient
-        norm before clipping (the shared trunk's gradient is the policy optimiser's)."""
+        """Clip the critic's gradients and step its optimiser (once per iteration of an
+        update); -> the gradient norm before clipping (the shared trunk's gradient is the
+        policy optimiser's)."""
         norm = float(self.optim.clip_gradients(self.parameters()))
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         return norm
+
+    def end_update(self, backoff: float | None = None) -> None:
+        """Step the critic's schedule once per training step, as the policy's; backoff: the
+        NaN guard's lr factor after a skipped update, applied to the critic's lr too."""
+        if backoff is not None:
+            scale_lr(self.scheduler, backoff)
+        with warnings.catch_warnings():  # a skipped update: the schedule moves on unstepped
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
+            self.scheduler.step()
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -85,4 +95,4 @@ class Critic:
         if self.settings.kind == "model":
             self.trunk.load_state_dict(d["trunk"])
         self.optimizer.load_state_dict(d["optimizer"])
-        self.scheduler.load_state_dict(d["scheduler"])
+        load_schedule_state(self.scheduler, d["scheduler"])

@@ -29,9 +29,11 @@ from .chess_tasks import Sample
 from .critic import Critic
 from .distributed import DistContext
 from .engine_settings import EngineSettings, micro_batch_tokens
-from .optim import scale_lr
+from .optim import load_schedule_state, scale_lr
 from .runtime import choose_allocator, mmap_threshold_during, release_freed_memory
 from .sampling import Rollout, SamplingSettings
+
+RATIO_MAX = "policy/ratio_max"
 
 
 class GRPOEngine:
@@ -56,7 +58,7 @@ class GRPOEngine:
         self.sampling, self.G, self.dist = sampling, s.num_generations, dist
         self.move_credit = credit.MoveCredit(policy.tokenizer, algorithm.move_quality,
                                              algorithm.listed_quality,
-                                             algorithm.distinct_moves) \
+                                             algorithm.distinct_moves, algorithm.advantage) \
             if algorithm.credit == "moves" else None
         self.device = dist.device if dist else torch.device(s.device)
         self.ref_device = torch.device(s.reference.device) if s.reference.device else self.device
@@ -169,7 +171,8 @@ class GRPOEngine:
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
-        loss_adv = self.move_credit(adv, rows, texts, r, self.G) if self.move_credit else adv
+        loss_adv = self.move_credit(adv, rows, texts, r, self.G, step) \
+            if self.move_credit else adv
         loss_mask = r.completion_mask.float()
         if self.settings.zero_variance == "drop":
             loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
@@ -346,7 +349,7 @@ class GRPOEngine:
         # the first iteration differentiates the policy that sampled: its kept forward
         taped, finals = self._tape_chunks(b)
         agg, later = defaultdict(float), defaultdict(float)
-        skipped = 0
+        peak, skipped = None, 0
         with mmap_threshold_during(self.update_mmap_kib):
             for it in range(self.algorithm.num_iterations):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -360,7 +363,9 @@ class GRPOEngine:
                         (loss * (w * world)).backward()
                     total += float(loss.detach()) * w
                     for k, v in parts.items():
-                        if it == 0:
+                        if k == RATIO_MAX:  # a maximum over chunks and iterations, not a mean
+                            peak = float(v) if peak is None else max(peak, float(v))
+                        elif it == 0:
                             agg[k] += float(v) * w
                         elif k in grpo.RATIO_STATS:  # measured after the policy moved: not all 1
                             later[k] += float(v) * w
@@ -400,12 +405,19 @@ class GRPOEngine:
             for k in grpo.RATIO_STATS:
                 if k in agg:
                     agg[k] = (agg[k] + later.get(k, 0.0)) / done
+        if peak is not None:
+            if self.dist:
+                peak = float(self.dist.all_reduce(torch.tensor([peak], device=self.device),
+                                                  "max"))
+            agg[RATIO_MAX] = peak
         if self.settings.release_memory:
             release_freed_memory()
         lr = self.scheduler.get_last_lr()[0]
         with warnings.catch_warnings():  # a critic's warm-up: the schedule moves on unstepped
             warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
             self.scheduler.step()
+        if self.critic:  # its schedule, once a step too
+            self.critic.end_update(self.nan_lr_backoff if skipped else None)
         if self.ref is not None and "kl/k3" in agg:
             agg["kl/value"] = agg[f"kl/{self.algorithm.kl_estimator}"]  # the estimator in the loss
             if not skipped:  # a skipped (non-finite) update says nothing about the KL
@@ -475,7 +487,7 @@ class GRPOEngine:
 
     def load_state_dict(self, d: dict) -> None:
         self.optimizer.load_state_dict(d["optimizer"])
-        self.scheduler.load_state_dict(d["scheduler"])
+        load_schedule_state(self.scheduler, d["scheduler"])
         self.kl.load_state_dict(d["kl"])
         if "advantage" in d and hasattr(self.algorithm.advantage, "load_state_dict"):
             self.algorithm.advantage.load_state_dict(d["advantage"])

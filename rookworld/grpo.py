@@ -236,6 +236,16 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
     return adv.float()
 
 
+def within_group(values: Tensor, scale: str, min_std: float, clip: float | None = None,
+                 baseline: str = "mean") -> Tensor:
+    """One group's values [k] -> advantages [k] in their dtype: `normalise_groups` without
+    the tie shift, times k / (k - 1) for the leave-one-out baseline, clamped at clip."""
+    adv = normalise_groups(values[None], scale, min_std, shift=False)
+    if baseline == "leave_one_out":
+        adv = adv * (len(values) / (len(values) - 1))
+    return adv if clip is None else adv.clamp(-clip, clip)
+
+
 def zero_variance_groups(rewards: Tensor, group_size: int, tol: float = 0.0) -> Tensor:
     """rewards [N] -> bool [N // G]: True where a group's rewards all lie within tol of
     each other (max - min <= tol). Such groups carry no learning signal."""
@@ -274,6 +284,13 @@ class GroupAdvantage:
         return group_advantages(rewards, group_size, self.scale, self.min_std, self.clip,
                                 self.baseline)
 
+    def within(self, values: Tensor, step: int = 0) -> Tensor:
+        """Advantages of one group's values [k] (k >= 2), compared as a group's rewards
+        are: move credit's slots (`credit.move_advantages`). A slot's batch is its group, so
+        scale=batch divides by the group's own std."""
+        return within_group(values, "group" if self.scale == "batch" else self.scale,
+                            self.min_std, self.clip, self.baseline)
+
     def __repr__(self) -> str:
         return (f"GroupAdvantage(scale={self.scale!r}, min_std={self.min_std}, clip={self.clip}, "
                 f"baseline={self.baseline!r})")
@@ -301,7 +318,8 @@ def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
 
 
 # the policy-loss metrics; under num_iterations > 1 the engine reports their mean over the
-# updates of a batch (with one update the ratio is 1 by construction)
+# updates of a batch, and ratio_max its maximum (with one update the ratio is 1 by
+# construction)
 RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_mean",
                "policy/ratio_max")
 
@@ -478,6 +496,9 @@ class Algorithm:
         if self.distinct_moves and self.credit != "moves":
             raise ValueError("algorithm.distinct_moves values a move credit's slots; set "
                              "algorithm.credit=moves")
+        if self.credit == "moves" and not hasattr(self.advantage, "within"):
+            raise ValueError(f"algorithm.credit=moves needs an advantage with within(values, "
+                             f"step) for a group's move slots; {self.advantage!r} has none")
         if self.critic is not None and self.credit != "sequence":
             raise ValueError("algorithm.critic gives every token its own GAE advantage; "
                              "set algorithm.credit=sequence (move credit is GRPO's)")

@@ -5,6 +5,7 @@ Tiny classes in the manner of verl's KL controllers, chosen with `kl=<name>`
     coef(step) -> float          beta for optimiser step `step` (0-based)
     update(kl, step) -> None     feed the measured KL back (only AdaptiveKL uses it)
     needs_reference: bool        False only for NoKL: the engine then loads no reference
+                                 unless the KL guard (guard.kl) measures against one
     state_dict() / load_state_dict(d)   for exact resume
 The KL value itself comes from the estimator named by `algorithm.kl_estimator`.
 """
@@ -45,7 +46,8 @@ class KLSchedule:
 
 
 class NoKL(KLSchedule):
-    """No KL term and no reference model (DAPO, Dr. GRPO)."""
+    """No KL term (DAPO, Dr. GRPO); no reference model either once guard.kl=null (the KL
+    guard, on by default, measures the drift against one)."""
 
     needs_reference = False
 

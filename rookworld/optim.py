@@ -239,6 +239,14 @@ class FusedAdamW(torch.optim.AdamW):
                                     amsgrad=False, maximize=False)
 
 
+def load_schedule_state(scheduler: LambdaLR, state: dict) -> None:
+    """Resume a schedule: its step and peak lrs (base_lrs, which the NaN guard's back-off
+    scales) from the checkpoint, its shape (warm-up, floor, total_steps) from this run's
+    config, so that a resume with a raised `steps` runs the longer schedule instead of
+    sitting at the saved one's end."""
+    scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
+
+
 def scale_lr(scheduler: LambdaLR, factor: float) -> None:
     """Multiply the peak lr (every base lr) and the current lr by factor, e.g. 0.5 for the
     NaN guard's back-off. base_lrs is in scheduler.state_dict(), so a resume keeps it."""

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import hydra
@@ -31,6 +31,7 @@ from .config import (
     check_argv,
     instantiate,
     prompts_per_step,
+    unreached_reward,
     unread_additions,
     validate,
 )
@@ -123,7 +124,10 @@ def build_parts(cfg: DictConfig) -> Parts:
         algorithm = instantiate(cfg.algorithm)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return Parts(settings=EngineSettings.from_config(cfg), algorithm=algorithm,
+    settings = EngineSettings.from_config(cfg)
+    if not (kl.needs_reference or kl_guard):  # nothing reads a reference: none is loaded
+        settings = replace(settings, reference=replace(settings.reference, enabled=False))
+    return Parts(settings=settings, algorithm=algorithm,
                  kl=kl, optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
                  anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
@@ -242,7 +246,9 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
         m["time/tokens_per_s"] = m["sample/tokens"] / m["time/step_s"]
         m["mem/peak_mb"] = peak_memory_mb(engine.device)
         _log(loggers, metrics_file, m, step)
-        kl_reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m else None
+        # a skipped (non-finite) update is the NaN guard's to judge; its KL says nothing
+        kl_reason = p.kl_guard.check(m) if p.kl_guard and "kl/k3" in m \
+            and not m.get("guard/nan_skipped") else None
         if reason := kl_reason or p.nan_guard.check(m):  # the NaN guard only while KL holds
             kind = "kl_failure" if kl_reason else "nan_failure"
             return Outcome(kind, step, reason), first_eval, last_eval
@@ -399,7 +405,7 @@ def main(cfg: DictConfig) -> float:
         cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
     except ConfigError as e:
         _config_exit(e)
-    for warning in unread_additions(cfg, list(hc.overrides.task)):
+    for warning in unread_additions(cfg, list(hc.overrides.task)) + unreached_reward(cfg):
         print(f"[rookworld] warning: {warning}", flush=True)
     run_dir = resumed_dir or Path(hc.runtime.output_dir)
     if resumed_dir:

@@ -330,6 +330,22 @@ def test_a_key_added_with_plus_is_warned_about_with_the_nearest_names():
                         "unless its component takes it; did you mean optim.lr?"]
 
 
+@pytest.mark.parametrize("overrides, warned", [
+    ([], False),  # legal_moves: legality only, which move credit carries
+    (["reward=graduated"], True),
+    (["reward=engine"], True),
+    (["reward.policy_weights.top5=0.5"], True),
+    (["reward=graduated", "algorithm.credit=sequence"], False),
+    (["reward=continuous", "algorithm=dapo"], False)])  # DAPO's credit is sequence
+def test_a_reward_that_scores_the_moves_is_warned_about_under_move_credit(overrides, warned):
+    """Move credit gives the moves' characters their legality's advantage, so a reward's
+    best-move or top-5 judgement reaches only the other tokens: the run says so."""
+    from rookworld.config import unreached_reward
+    warnings = unreached_reward(compose(overrides))
+    assert bool(warnings) == warned
+    assert all("algorithm.credit=sequence" in w for w in warnings)
+
+
 def test_a_missing_external_set_is_reported(tiny_overrides, tmp_path, capsys):
     from omegaconf import OmegaConf
 

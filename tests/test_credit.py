@@ -201,3 +201,47 @@ def test_move_quality_needs_move_credit(name):
             Algorithm(credit="moves", **{name: bad})
     assert getattr(Algorithm(credit="moves", **{name: 0.5}), name) == 0.5
     assert getattr(compose([f"algorithm.{name}=0.5"]).algorithm, name) == 0.5
+
+
+def _two_rows_one_illegal_b(advantage, step):
+    """The B: slot's advantages of two rows, the first B: move illegal, under MoveCredit
+    with the given run advantage at the given step."""
+    texts = [" M: e2e4  E: 0.3  B: e2e5", " M: e2e4  E: 0.3  B: e2e4"]
+    tok = build_char_tokenizer()
+    comp = torch.tensor([tok(t, add_special_tokens=False)["input_ids"] for t in texts])
+    mask = torch.ones_like(comp)
+    r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(2, comp.shape[1]),
+                torch.zeros(2, dtype=torch.bool))
+    rows = [policy_sample(START, ("e2e4",), (0.3,))] * 2
+    adv = credit.MoveCredit(tok, advantage=advantage)(torch.zeros(2), rows, texts, r, 2, step)
+    return [adv[i, credit.move_spans(t)[-1][1]].item() for i, t in enumerate(texts)]
+
+
+def test_move_slots_follow_the_runs_advantage():
+    """GRPO's group std gives the slots (0, 1) -+0.707; RLOO's leave-one-out (no std)
+    -+1.0 (2/1 x 0.5); a clip bounds them; the reward warm-up scales them by its factor,
+    0 at its first step."""
+    from rookworld.advantages import RunningAdvantage
+    from rookworld.grpo import GroupAdvantage
+    grpo = _two_rows_one_illegal_b(GroupAdvantage(min_std=1e-4), 0)
+    assert grpo == pytest.approx([-2 ** -0.5, 2 ** -0.5])
+    assert _two_rows_one_illegal_b(None, 0) == grpo
+    rloo = GroupAdvantage(scale="none", baseline="leave_one_out")
+    assert _two_rows_one_illegal_b(rloo, 0) == pytest.approx([-1.0, 1.0])
+    assert _two_rows_one_illegal_b(GroupAdvantage(clip=0.5), 0) == pytest.approx([-0.5, 0.5])
+    warm = RunningAdvantage(warmup_steps=20, warmup_start=0.0)
+    assert _two_rows_one_illegal_b(warm, 0) == [0.0, 0.0]
+    assert _two_rows_one_illegal_b(warm, 10) == pytest.approx([-2 ** -0.5 / 2, 2 ** -0.5 / 2])
+    assert _two_rows_one_illegal_b(warm, 20) == pytest.approx(grpo)
+
+
+@pytest.mark.parametrize("preset", ["ema_norm", "ema_baseline", "adaptive_baseline"])
+def test_an_advantage_of_running_statistics_compares_move_slots_as_grpo(preset):
+    """Their baselines and scales are statistics of the sequence reward, which a move's
+    legality does not share: a group's slots are compared by its mean and std, then the
+    advantage's warm-up applies; the run builds under move credit."""
+    cfg = compose([f"advantage={preset}", "algorithm.advantage.warmup_steps=4"])
+    advantage = build_parts(cfg).algorithm.advantage
+    assert _two_rows_one_illegal_b(advantage, 4) == pytest.approx([-2 ** -0.5, 2 ** -0.5])
+    assert _two_rows_one_illegal_b(advantage, 2) == pytest.approx([-2 ** -0.5 / 2,
+                                                                   2 ** -0.5 / 2])

@@ -369,3 +369,11 @@ def test_engine_settings_are_checked_and_default_to_the_yaml_values():
         ReferenceSettings(sync_alpha=0)
     # the Python defaults (docs/python_api.md) are conf/train.yaml's
     assert EngineSettings.from_config(compose([])) == EngineSettings()
+
+
+def test_no_reference_is_loaded_when_neither_the_kl_term_nor_the_guard_reads_one(
+        tiny_overrides):
+    for extra, loaded in ((["kl=none", "guard.kl=null"], False), (["kl=none"], True), ([], True)):
+        cfg = compose(tiny_overrides + extra)
+        engine = build_engine(cfg, build_parts(cfg), LengthReward())
+        assert (engine.ref is not None) == loaded, extra

@@ -251,3 +251,22 @@ def test_a_second_run_into_a_locked_directory_is_refused_until_the_holder_dies(
         holder.wait()
     assert run(cfg, tmp_path).outcome.status == "success"
 
+
+
+def test_a_skipped_non_finite_update_is_the_nan_guards_to_judge(tiny_overrides, tmp_path,
+                                                                monkeypatch):
+    """One update skipped for a non-finite loss whose KL reads NaN: the NaN guard allows up
+    to three in a row, so the run ends in success; the KL guard (window 1) does not count
+    the skipped step's NaN as drift."""
+    from rookworld.engine import GRPOEngine
+    update = GRPOEngine.update
+
+    def nan_at_step_one(self, batch, step):
+        m = update(self, batch, step)
+        return m | {"kl/k3": float("nan"), "guard/nan_skipped": 1} if step == 1 else m
+
+    monkeypatch.setattr(GRPOEngine, "update", nan_at_step_one)
+    over = [o for o in tiny_overrides if not o.startswith("steps=")]
+    result = run(compose(over + ["steps=3", "guard.kl.window=1", "eval_every=0"]),
+                 tmp_path / "run")
+    assert result.outcome.status == "success"

@@ -21,6 +21,7 @@ from rookworld.optim import (
     Linear,
     cosine_schedule,
     linear_ratio,
+    load_schedule_state,
     scale_lr,
     warmup_ratio,
 )
@@ -249,3 +250,20 @@ def test_optim_yaml_instantiates_and_builds(name, schedule):
     opt, sched = spec.build(_model().parameters(), 100)
     assert opt.param_groups[0]["lr"] == pytest.approx(
         yaml.lr * replace(spec.schedule, total_steps=100)(0))
+
+
+def test_a_resume_with_more_steps_runs_the_longer_schedule():
+    """A 10-step cosine schedule saved at step 6 and resumed by a 40-step run follows the
+    40-step schedule from step 6 on (not the saved one's floor), keeping the saved peak lr
+    that the NaN guard's back-off scaled."""
+    spec = AdamWSpec(lr=1e-3, schedule=Cosine(warmup_steps=2, min_ratio=0.1))
+    m = _model()
+    opt, sched = spec.build(m.parameters(), 10)
+    _train(m, opt, sched, 6, seed=0)
+    scale_lr(sched, 0.5)
+    opt2, sched2 = spec.build(m.parameters(), 40)
+    opt2.load_state_dict(opt.state_dict())
+    load_schedule_state(sched2, sched.state_dict())
+    lrs = _train(m, opt2, sched2, 6, seed=1)  # steps 7 .. 12 of the 40-step schedule
+    assert lrs == pytest.approx([0.5e-3 * cosine_schedule(t, 2, 40, 0.1) for t in range(7, 13)])
+    assert lrs[-1] > 0.5e-3 * 0.5  # the 10-step schedule would sit at its floor, 0.05e-3

@@ -194,3 +194,22 @@ def test_ppo_and_rloo_resume_exactly(arm, tiny_overrides, tmp_path, monkeypatch,
     for part in ("head", "trunk") if "kind=model" in " ".join(extra) else ("head",):
         a, b = critics[0][part], critics[1][part]
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_critics_schedule_steps_once_a_training_step(tiny_overrides):
+    """With three PPO iterations an update, the critic's cosine schedule keeps pace with the
+    policy's (one step per update, not one per iteration), and a skipped non-finite update
+    backs off both learning rates alike."""
+    cfg, e = _ppo_engine(tiny_overrides + ["algorithm.num_iterations=3", "optim=adamw_cosine",
+                                           "optim.schedule.warmup_steps=1", "steps=6"], "head")
+    pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
+    draw = build_parts(cfg).task_mix.draw
+    for step in range(2):
+        e.update(e.rollout(draw(pools, 2, step, 0), step), step)
+        assert e.critic.scheduler.last_epoch == e.scheduler.last_epoch == step + 1
+    base = e.critic.scheduler.base_lrs[0]
+    b = e.rollout(draw(pools, 2, 2, 0), 2)
+    b.advantages[:] = float("nan")
+    assert e.update(b, 2)["guard/nan_skipped"] == 1
+    assert e.critic.scheduler.last_epoch == e.scheduler.last_epoch == 3
+    assert e.critic.scheduler.base_lrs[0] == pytest.approx(base * e.nan_lr_backoff)
