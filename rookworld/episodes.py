@@ -36,7 +36,14 @@ import torch
 from torch import Tensor
 
 from .batch import Batch
-from .chess_tasks import PolicyTruth, Sample, env_sample, parse_policy, policy_prompt
+from .chess_tasks import (
+    PolicyTruth,
+    Sample,
+    env_sample,
+    legal_move,
+    parse_policy,
+    policy_prompt,
+)
 from .chess_tasks.stockfish_pool import EnginePool, find_engine
 from .errors import check_int
 from .grpo import normalise_groups
@@ -262,7 +269,7 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
                 rows.append(Sample("P", policy_prompt(fen), "", PolicyTruth(fen, (), (), "",
                                                                             "episode")))
                 texts.append(text)
-                move = _legal(g.board, parse_policy(text).best)
+                move = legal_move(g.board, parse_policy(text).best)
                 g.moves.append((row, g.board.turn, move is not None))
                 own.append(float(move is not None))
                 if move is None:
@@ -298,12 +305,6 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
     return Played(games, rows, texts, own, parts, env_scores, losses)
 
 
-def _legal(board: chess.Board, move: str | None) -> chess.Move | None:
-    try:
-        mv = chess.Move.from_uci(move) if move else None
-    except ValueError:
-        return None
-    return mv if mv is not None and board.is_legal(mv) else None
 
 
 def _push(g: Game, move: chess.Move, max_plies: int) -> None:

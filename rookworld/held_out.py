@@ -29,6 +29,25 @@ from .sampling import SamplingSettings
 PARTS = {"P": policy_parts, "A": env_parts}
 
 
+Z = 1.96  # the normal ~95% multiplier
+# Student's t, 97.5% quantile, for 1 .. 30 degrees of freedom
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(n: int | None) -> float:
+    """The ~95% multiplier of the standard error of a mean of n values: Student's t with
+    n - 1 degrees of freedom (12.7 at n = 2, 2.78 at 5, 2.04 at 31), its first two terms
+    of Fisher's expansion beyond 30 degrees, Z when n is unknown."""
+    if n is None or n < 2:
+        return Z
+    df = n - 1
+    if df <= len(T975):
+        return T975[df - 1]
+    return Z + (Z ** 3 + Z) / (4 * df) + (5 * Z ** 5 + 16 * Z ** 3 + 3 * Z) / (96 * df * df)
+
+
 def mean_se(values: list[float]) -> tuple[float, float]:
     """(mean, standard error of the mean) of values; the error is 0 for fewer than 2."""
     n = len(values)
@@ -74,10 +93,25 @@ def is_change(key: str) -> bool:
     return key.rsplit("/", 1)[-1].removesuffix("_masked").endswith("_change")
 
 
-def interval(metrics: dict, key: str, z: float = 1.96) -> float | None:
-    """Half-width of the ~95% interval of metrics[key] (z standard errors), if known."""
+def count(metrics: dict, key: str) -> int | None:
+    """How many values metrics[key] is the mean of: its own eval_n key, else its task's
+    (eval/P/best -> eval_n/P); None when neither is there."""
+    n = metrics.get(n_key(key))
+    if n is None:
+        prefix, _, rest = key.partition("/")
+        n = metrics.get(f"{prefix}_n/{rest.split('/')[0]}")
+    return None if n is None else int(n)
+
+
+def interval(metrics: dict, key: str, z: float | None = None) -> float | None:
+    """Half-width of the ~95% interval of metrics[key]: z standard errors, by default
+    `t95` of its count (1.96 when the count is unknown); None when no error is known or
+    the mean is of fewer than 2 values."""
     se = metrics.get(se_key(key))
-    return None if se is None else z * se
+    n = count(metrics, key)
+    if se is None or (n is not None and n < 2):
+        return None
+    return (t95(n) if z is None else z) * se
 
 
 def with_interval(metrics: dict, key: str) -> str:
@@ -86,7 +120,7 @@ def with_interval(metrics: dict, key: str) -> str:
     return f"{metrics[key]:.3f}" + ("" if half is None else f" ± {half:.3f}")
 
 
-def change_with_interval(first: dict, last: dict, key: str, z: float = 1.96) -> str:
+def change_with_interval(first: dict, last: dict, key: str, z: float | None = None) -> str:
     """'+0.100 ± 0.034': last - first with its ~95% interval: paired (last's
     eval_dse, when last was measured against first's samples), else that of a
     difference of two independent means (sqrt of the summed squares), which is wider.
@@ -96,30 +130,39 @@ def change_with_interval(first: dict, last: dict, key: str, z: float = 1.96) -> 
         return f"{last[key]:+.3f}" + ("" if half is None else f" ± {half:.3f}")
     text = f"{last[key] - first[key]:+.3f}"
     if dse_key(key) in last:
-        return text + f" ± {z * last[dse_key(key)]:.3f}"
+        n = count(last, key)
+        if n is not None and n < 2:
+            return text
+        return text + f" ± {(t95(n) if z is None else z) * last[dse_key(key)]:.3f}"
     a, b = interval(first, key, z), interval(last, key, z)
     return text if a is None or b is None else text + f" ± {math.hypot(a, b):.3f}"
 
 
-INTERVAL_NOTE = ("± = ~95% interval (1.96 standard errors of the mean over the held-out "
-                 "samples; for a change, of the mean per-sample difference, as both "
-                 "evaluations score the same samples)")
+INTERVAL_NOTE = ("± = ~95% interval (Student's t standard errors of the mean over the "
+                 "held-out samples, 1.96 for hundreds; for a change, of the mean per-sample "
+                 "difference, as both evaluations score the same samples)")
 
 
 def before_after_table(first: dict, last: dict) -> str:
     """Markdown table of every eval/ metric: before, after, change, each with its interval
-    (a change metric, `is_change`, fills the change column only)."""
-    keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward"
+    (a change metric, `is_change`, fills the change column only; a metric that only one
+    evaluation has, such as the centipawn loss where the start answered nothing legally,
+    shows "-" on the other side and for the change)."""
+    keys = sorted(k for k in {**first, **last} if k.startswith("eval/") and k != "eval/reward"
                   and not k.startswith("eval/time")) + ["eval/reward"]
     n = ", ".join(f"{t}: {last[f'eval_n/{t}']}" for t in "PA" if f"eval_n/{t}" in last)
     rows = [f"{INTERVAL_NOTE}; samples per task {n or 'unknown'}", "",
             "| metric | before | after | change |", "|---|---|---|---|"]
     for k in keys:
         if is_change(k):
-            rows.append(f"| {k} | | | {change_with_interval(first, last, k)} |")
+            if k in last:
+                rows.append(f"| {k} | | | {change_with_interval(first, last, k)} |")
         elif k in first and k in last:
             rows.append(f"| {k} | {with_interval(first, k)} | {with_interval(last, k)} "
                         f"| {change_with_interval(first, last, k)} |")
+        else:
+            before, after = (with_interval(m, k) if k in m else "-" for m in (first, last))
+            rows.append(f"| {k} | {before} | {after} | - |")
     return "\n".join(rows)
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from .held_out import interval
 from .redact import redact, redact_config
 
 CONSOLE_KEYS = ("reward/mean", "reward/P/mean", "reward/A/mean", "train_batch/reward",
@@ -40,13 +41,13 @@ def is_eval_row(metrics: dict) -> bool:
 
 def format_eval(metrics: dict) -> str:
     """eval/* metrics on one line, grouped by task: 'eval/reward=0.2 | P: reward=0.1±0.03 ...'
-    (± the ~95% interval, 1.96 standard errors, where eval_se/* gives one)."""
+    (± the ~95% interval, `held_out.interval`, where eval_se/* gives one)."""
     tasks: dict[str, list[str]] = {}
     for k, v in metrics.items():
         parts = k.split("/")
         if len(parts) == 3 and parts[0] == "eval":
-            se = metrics.get(f"eval_se/{parts[1]}/{parts[2]}")
-            ci = "" if se is None else f"±{1.96 * se:.2g}"
+            half = interval(metrics, k)
+            ci = "" if half is None else f"±{half:.2g}"
             tasks.setdefault(parts[1], []).append(f"{parts[2]}={fmt_value(v)}{ci}")
     head = f"eval/reward={fmt_value(metrics['eval/reward'])}" if "eval/reward" in metrics else ""
     body = [f"{t}: " + " ".join(items) for t, items in sorted(tasks.items())]

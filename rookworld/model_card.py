@@ -7,7 +7,7 @@ import json
 import platform
 from pathlib import Path
 
-from .held_out import INTERVAL_NOTE, n_key, with_interval
+from .held_out import INTERVAL_NOTE, interval, n_key, with_interval
 from .strength.stats import wilson
 from .strength.suite import MEANS
 
@@ -86,7 +86,7 @@ def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path 
         if key not in rows[-1]:
             continue
         y = [r.get(key, float("nan")) for r in rows]
-        err = [1.96 * r.get(f"eval_se/{task}/{part}", 0.0) for r in rows]
+        err = [interval(r, key) or 0.0 for r in rows]
         ax.errorbar(x, y, yerr=err, marker="o", ms=3, capsize=2, label=f"{task} {part}")
     for end in stage_ends:
         ax.axvline(end, color="grey", linestyle=":", linewidth=1)
@@ -169,8 +169,8 @@ def architecture(config, parameters: int) -> str:
             f"{first('n_positions', 'max_position_embeddings')} positions)")
 
 
-STRENGTH_NOTE = ("shares and game scores carry Wilson ~95% intervals, other means ± 1.96 "
-                 "standard errors over the games or positions")
+STRENGTH_NOTE = ("shares and game scores carry Wilson ~95% intervals, other means ± Student's "
+                 "t standard errors over the games or positions (3.18 over 4, 1.97 over 500)")
 
 
 def strength_section(metrics: dict, source: str) -> str:

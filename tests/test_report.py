@@ -159,6 +159,22 @@ def test_eval_table_prints_each_figure_with_its_interval():
     assert "| eval/reward | 0.000 | 0.100 | +0.100 | 0.100 (9) |" in lines  # no error logged
 
 
+def test_a_mean_of_few_values_gets_students_t_interval_and_one_value_none():
+    from rookworld.held_out import change_with_interval, interval, t95
+    assert [t95(n) for n in (2, 4, 31, 101)] == pytest.approx([12.706, 3.182, 2.042, 1.984],
+                                                              abs=1e-3)
+    m = {"eval/strength/selfplay_plies": 6.0, "eval_se/strength/selfplay_plies": 1.0,
+         "eval_n/strength/selfplay_plies": 4, "eval_dse/strength/selfplay_plies": 0.5}
+    assert interval(m, "eval/strength/selfplay_plies") == pytest.approx(3.182)  # 4 games
+    assert change_with_interval({"eval/strength/selfplay_plies": 5.0}, m,
+                                "eval/strength/selfplay_plies") == "+1.000 ± 1.591"
+    one = {"eval/strength/engine_score": 0.5, "eval_se/strength/engine_score": 0.0,
+           "eval_n/strength/engine_score": 1}
+    assert interval(one, "eval/strength/engine_score") is None  # not "± 0.000"
+    assert interval({"eval/P/best": 0.3, "eval_se/P/best": 0.01, "eval_n/P": 500},
+                    "eval/P/best") == pytest.approx(0.01965, abs=1e-5)
+
+
 def test_a_change_on_the_same_samples_gets_the_paired_interval():
     from rookworld.held_out import change_with_interval, paired_se
     before = {"eval/P/best": [1.0, 0.0, 1.0, 0.0]}
@@ -185,3 +201,13 @@ def test_strength_figures_are_plotted_and_their_losses_are_lower_better(run_dir)
     assert "| eval/strength/acpl | 170.000 | 140.000 | -30.000 | 120.000 (1) |" in md
     assert "| eval/strength/puzzles_illegal | 0.200 | 0.150 | -0.050 | 0.100 (1) |" in md
     assert (run_dir / "report" / "strength.png").stat().st_size > 10_000
+
+
+def test_a_metric_only_one_evaluation_has_keeps_its_row():
+    """The centipawn loss of a start that answered nothing legally is absent: the row stays,
+    with "-" where a figure is missing."""
+    from rookworld.held_out import before_after_table
+    first = {"eval/reward": 0.1}
+    last = {"eval/reward": 0.2, "eval/strength/acpl": 150.0, "eval_se/strength/acpl": 10.0,
+            "eval_n/strength/acpl": 3}
+    assert "| eval/strength/acpl | - | 150.000 ± 43.030 | - |" in before_after_table(first, last)

@@ -12,6 +12,7 @@ import pytest
 from rookworld.strength.puzzles import (
     BANDS,
     PuzzleFileError,
+    is_legal,
     is_right,
     read_puzzles,
     solve,
@@ -130,3 +131,13 @@ def test_extra_columns_of_newer_exports_are_ignored(tmp_path):
         w.writerow(["p1", SCHOLAR, "b8c6 h5f7", "600", "80", "90", "100", "mate", "u", "",
                     "2024-01-01"])
     assert len(read_puzzles(path).puzzles) == 1
+
+
+def test_castling_written_as_the_king_taking_its_rook_is_illegal_as_in_the_rewards():
+    """python-chess reads e1h1 as castling; the data and the rewards' legality write it
+    e1g1, so a puzzle answer e1h1 is illegal, not a wrong legal move."""
+    from rookworld.rewards.parts import legal_moves
+    board = chess.Board("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1")
+    assert "e1h1" not in legal_moves(board.fen()) and "e1g1" in legal_moves(board.fen())
+    assert not is_legal(board, "e1h1") and not is_right(board, "e1h1", "e1g1")
+    assert is_legal(board, "e1g1") and is_right(board, "e1g1", "e1g1")

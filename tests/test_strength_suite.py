@@ -4,6 +4,7 @@ Stockfish, and the suite inside training's before/after table."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import chess
@@ -32,7 +33,8 @@ def test_centipawn_loss_by_hand():
     assert centipawn_loss(1.5, -2.0) == 350  # a blunder
     assert centipawn_loss(0.3, 0.3) == 0 and centipawn_loss(0.2, 0.5) == 0  # never negative
     assert clip_cp(999.99) == CAP and clip_cp(-999.99) == -CAP
-    assert centipawn_loss(999.99, 0.5) == CAP - 50  # a missed mate costs at most CAP
+    assert centipawn_loss(999.99, 0.5) == CAP - 50  # a missed mate against an even game
+    assert centipawn_loss(999.99, -999.99) == 2 * CAP  # the most a position can cost
 
 
 def test_move_losses_against_stockfish_best_free_blunder_and_illegal(engine_pool):
@@ -44,6 +46,9 @@ def test_move_losses_against_stockfish_best_free_blunder_and_illegal(engine_pool
     assert losses[0].loss == 0 and not losses[0].blunder
     assert losses[1].loss >= 300 and losses[1].blunder
     assert losses[2].loss is None and losses[3].loss is None  # illegal, missing
+    # the best move is scored as the played one is, by a search of the position after it
+    assert losses[1].loss == centipawn_loss(pool.evaluate_after(fen, best),
+                                            pool.evaluate_after(fen, "d1f3"))
 
 
 def test_settings_refuse_bad_values_naming_the_key():
@@ -79,6 +84,7 @@ def test_the_suite_measures_the_shipped_model_in_both_modes_and_ends_its_engines
     # the mask takes illegal B: moves out (an answer without a B: field stays unparseable)
     assert (metrics["eval/strength/puzzles_illegal_masked"]
             <= metrics["eval/strength/puzzles_illegal"])
+    assert metrics["eval/strength/puzzles_illegal_masked"] < 1  # the player reads its moves
     assert "## free" in text and "## mask" in text and "Wilson" in text
     d = tmp_path / "shipped"
     assert {p.name for p in d.iterdir()} >= {
@@ -135,7 +141,14 @@ def test_the_greedy_player_is_deterministic_and_reads_the_b_move():
     fens = [chess.STARTING_FEN, "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"]
     first = player.answers(fens)
     assert [a.move for a in first] == player(fens)
-    assert all(a.move is None or "B:" in a.text for a in first)
+    assert any(a.move for a in first)
+    assert all(a.move is None or a.move == a.text.split("B:")[1].split()[0] for a in first)
+    # under the legal-move mask every answer is a legal move of its position, even with a
+    # sampler that sets a least number of new tokens (the constraint needs none)
+    masked = ModelPlayer(policy, replace(per_task_settings()["P"], min_new_tokens=5), "mask")
+    moves = masked(fens)
+    assert all(m is not None and chess.Move.from_uci(m) in chess.Board(f).legal_moves
+               for f, m in zip(fens, moves))
 
 
 @pytest.mark.slow

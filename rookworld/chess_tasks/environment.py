@@ -31,12 +31,15 @@ def env_completion(truth: EnvTruth) -> str:
     return "+".join([truth.new_fen, truth.reward, str(truth.terminated), str(truth.truncated)])
 
 
-def _legal_move(board: chess.Board, move: str) -> chess.Move | None:
+def legal_move(board: chess.Board, move: str | None) -> chess.Move | None:
+    """The legal move that `move` names in canonical UCI, the notation of the data and of
+    the rewards' legality (castling as the king's two-square move, e1g1; python-chess also
+    reads the king taking its rook, e1h1, which is not canonical), else None."""
     try:
         mv = chess.Move.from_uci(move)
     except (ValueError, TypeError):
         return None
-    return mv if board.is_legal(mv) else None
+    return mv if board.is_legal(mv) and board.uci(mv) == move else None
 
 
 def env_step(fen: str, move: str, history=None) -> EnvTruth:
@@ -50,7 +53,7 @@ def env_step(fen: str, move: str, history=None) -> EnvTruth:
 @lru_cache(maxsize=64)  # a loader checks a row, then builds its sample: the same question twice
 def _env_step(fen: str, move: str, history: tuple[str, ...]) -> EnvTruth:
     board = chess.Board(fen)
-    mv = _legal_move(board, move)
+    mv = legal_move(board, move)
     if mv is None:
         return EnvTruth(fen, move, history, board.fen(), REWARD_ILLEGAL, 0, 1)
     board.push(mv)

@@ -211,13 +211,20 @@ class EnginePool:
         Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
         searchmove (startpos g1h3 at depth 8: +3.84).
         """
+        top = self.analyse(fen)
+        if move in top.moves and chess.Board(fen).is_legal(chess.Move.from_uci(move)):
+            return top.evals[top.moves.index(move)]
+        return self.evaluate_after(fen, move)
+
+    def evaluate_after(self, fen: str, move: str) -> float:
+        """Eval (pawns, side to move's view) of playing `move` in `fen`: minus the eval of
+        the position after it at the pool's limit, whatever the move (mate given = 999.99,
+        a draw on the board = 0.0), so that two moves of one position compare at the same
+        depth. Raises ValueError for an illegal move."""
         board = chess.Board(fen)
         mv = chess.Move.from_uci(move)
         if not board.is_legal(mv):
             raise ValueError(f"{move} is not legal in {fen}")
-        top = self.analyse(fen)
-        if move in top.moves:
-            return top.evals[top.moves.index(move)]
         board.push(mv)
         if board.is_checkmate():
             return (MATE_SCORE - 1) / 100  # as analyse() reads a mate in 1

@@ -1,10 +1,13 @@
 """Centipawn loss of a player's moves against Stockfish at a stated search limit.
 
 The loss of a legal move is eval(engine's best move) - eval(the move), both from the
-side to move's view at the pool's limit (`EnginePool.evaluate_move`), each eval first
-clipped to +-CAP centipawns, as Lichess clips before it averages (a missed mate costs
-CAP, not 100,000). A blunder loses BLUNDER_CP or more. Illegal or missing answers are
-counted apart and never enter the mean.
+side to move's view and both by searching the position after the move at the pool's limit
+(`EnginePool.evaluate_after`), so that a move as good as the engine's loses nothing on
+average (the best move's root eval would be a search one ply shallower than the move's);
+each eval is first clipped to +-CAP centipawns, as Lichess clips before it averages, so one
+position's loss is at most 2 x CAP (a missed mate against a mate of our own), not 100,000.
+A blunder loses BLUNDER_CP or more. Illegal or missing answers are counted apart and never
+enter the mean.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 import chess
 
+from ..chess_tasks import legal_move
 from ..held_out import mean_se
 
 CAP = 1000  # centipawns
@@ -49,16 +53,13 @@ def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[
 
     def one(pair: tuple[str, str | None]) -> MoveLoss:
         fen, move = pair
-        board = chess.Board(fen)
-        try:
-            legal = move is not None and board.is_legal(chess.Move.from_uci(move))
-        except ValueError:
-            legal = False
-        if not legal:
+        if move is None or legal_move(chess.Board(fen), move) is None:
             return MoveLoss(fen, move, None)
-        top = pool.analyse(fen)
-        best = top.evals[0] if top.evals else 0.0
-        return MoveLoss(fen, move, centipawn_loss(best, pool.evaluate_move(fen, move)))
+        best = pool.analyse(fen).moves[0]
+        if move == best:
+            return MoveLoss(fen, move, 0.0)
+        return MoveLoss(fen, move, centipawn_loss(pool.evaluate_after(fen, best),
+                                                  pool.evaluate_after(fen, move)))
 
     with ThreadPoolExecutor(pool.processes) as ex:
         return list(ex.map(one, zip(fens, moves)))

@@ -23,6 +23,7 @@ import chess
 import chess.engine
 import chess.pgn
 
+from ..chess_tasks import legal_move
 from ..chess_tasks.stockfish_pool import ENGINE_DIED, EnginePool, end_engine, find_engine
 
 ILLEGAL, UNPARSEABLE, PLY_LIMIT, VOID = ("illegal move", "unparseable move", "ply limit",
@@ -283,12 +284,8 @@ def play_games(openings: Sequence[Opening], colours: Sequence[chess.Color | None
                 if move is None:
                     finish(i, lost, UNPARSEABLE)
                     continue
-                try:
-                    mv = chess.Move.from_uci(move)
-                    legal = boards[i].is_legal(mv)
-                except ValueError:
-                    legal = False
-                if not legal:
+                mv = legal_move(boards[i], move)
+                if mv is None:
                     finish(i, lost, ILLEGAL, move)
                     continue
                 _push(boards[i], records[i], mv, max_plies, finish, i)

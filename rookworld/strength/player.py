@@ -38,6 +38,8 @@ class ModelPlayer:
             raise ValueError(f"legal_moves must be one of {MODES}, got {legal_moves!r}")
         self.policy, self.legal_moves, self.batch_size = policy, legal_moves, batch_size
         self.settings = replace(settings, temperature=temperature, top_k=0, top_p=1.0)
+        if legal_moves == "mask":  # the constraint lets a row end once its move is whole
+            self.settings = replace(self.settings, min_new_tokens=0)
         device = next(policy.model.parameters()).device
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.on_batch = None  # on_batch(n) after each batch of n answers (a progress bar)

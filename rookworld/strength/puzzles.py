@@ -19,6 +19,8 @@ from pathlib import Path
 
 import chess
 
+from ..chess_tasks import legal_move
+
 REQUIRED = ("PuzzleId", "FEN", "Moves", "Rating", "Themes")
 # rating bands of the report: (label, low inclusive, high exclusive)
 BANDS = (("<1000", 0, 1000), ("1000-1499", 1000, 1500), ("1500-1999", 1500, 2000),
@@ -126,11 +128,8 @@ def is_right(board: chess.Board, answer: str | None, listed: str) -> bool:
         return False
     if answer == listed:
         return True
-    try:
-        move = chess.Move.from_uci(answer)
-    except ValueError:
-        return False
-    if not board.is_legal(move):
+    move = legal_move(board, answer)
+    if move is None:
         return False
     board = board.copy(stack=False)
     board.push(move)
@@ -138,13 +137,8 @@ def is_right(board: chess.Board, answer: str | None, listed: str) -> bool:
 
 
 def is_legal(board: chess.Board, answer: str | None) -> bool:
-    """The answer parses as UCI and is legal on the board."""
-    if not answer:
-        return False
-    try:
-        return board.is_legal(chess.Move.from_uci(answer))
-    except ValueError:
-        return False
+    """The answer is a legal move of the board in canonical UCI (`legal_move`)."""
+    return bool(answer) and legal_move(board, answer) is not None
 
 
 @dataclass(frozen=True)

@@ -301,7 +301,9 @@ def per_item_values(part: dict) -> dict[str, list[float]]:
 
 
 def _flat_scalars(part: dict) -> dict[str, float]:
-    """Figures that are not means: the self-play median, the Elo estimate."""
+    """Figures that are not means: the self-play median, the Elo estimate and its Wilson
+    bounds (at a score of 0 or 1 only the bound the interval allows: engine_elo_high or
+    engine_elo_low)."""
     out = {}
     g = part["games"]
     if "selfplay" in g:
@@ -310,8 +312,10 @@ def _flat_scalars(part: dict) -> dict[str, float]:
     if "engine" in g:
         scores = [x["score"] for x in g["engine"]["games"] if x["score"] is not None]
         est = stats.elo_estimate(scores, g["engine"]["anchor"])
-        if est["elo"] is not None:
-            out["engine_elo"] = est["elo"]
+        for name, key in (("engine_elo", "elo"), ("engine_elo_low", "low"),
+                          ("engine_elo_high", "high")):
+            if est[key] is not None:
+                out[name] = est[key]
     return out
 
 
