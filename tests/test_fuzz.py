@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from rookworld.chess_tasks import Sample, env_sample, parse_env, parse_policy, policy_sample
 from rookworld.chess_tasks.environment import env_step, split_env_line
-from rookworld.chess_tasks.policy import _fields, parse_policy_line
+from rookworld.chess_tasks.policy import field_starts, parse_policy_line
 from rookworld.data.loaders import load_lines
 from rookworld.data.validate import DEFECTS, check_env, check_policy
 from rookworld.redact import MASK, redact, redact_config
@@ -105,14 +105,17 @@ _PIECES = st.sampled_from(["M:", "E:", "B:", " ", "  ", "\n", "e2e4", "0.3", "-1
 def test_parse_policy_fields_are_the_lazy_regexs(text):
     # the linear field split reads the same fields as the regex it replaces
     m = _REFERENCE_FIELDS.match(text)
-    assert _fields(text) == (None if m is None else (m["moves"], m["evals"], m["best"]))
+    at = field_starts(text)
+    fields = None if at is None else (text[at[0] + 2:at[1]], text[at[1] + 2:at[2]],
+                                      text[at[2] + 2:])
+    assert fields == (None if m is None else (m["moves"], m["evals"], m["best"]))
 
 
 def test_parse_policy_refuses_over_long_input_at_once():
     text = "M:" + " E: 1" * 4000  # many E: and no B:: quadratic for a backtracking regex
     p = parse_policy(text)
     assert not p.ok and "longer than" in p.reason
-    assert _fields(text) is None  # the split itself is one pass
+    assert field_starts(text) is None  # the split itself is one pass
 
 
 @given(p_samples())

@@ -56,13 +56,19 @@ EP_FEN = "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3"  # e5f6
 EP = policy_sample(EP_FEN, ["e5f6", "d2d4", "g1f3", "e5e6", "f1b5"], [0.9, 0.5, 0.4, 0.3, 0.2])
 
 P_CASES = [
-    ("black/reference", BLACK, BLACK.completion, PERFECT_P, TOP),
+    ("black/reference", BLACK,
+     " " * 36 + "M: b7d8 e8e7 f7f6 b6b5 c6c8" + " " * 6
+     + "E: -1.2 -2.41 -0.13 -1.67 -0.22" + " " * 12 + "B: f7f6",
+     PERFECT_P, TOP),
     # the public data's B: (lowest eval). Only best is wrong -> rung 0.6 (best legal, legal 1,
     # top5 1); continuous .15+.15+.2+.1 = .6
     ("black/public_B_wrong", BLACK,
      p_completion(BLACK_FEN, BLACK.truth.moves, BLACK.truth.evals, "e8e7"),
      P(1.0, 1.0, 1.0, 1.0, 0.0, 0.0), {"binary": -1.0, "graduated": 0.6, "continuous": 0.6}),
-    ("mate/reference", MATE, MATE.completion, PERFECT_P, TOP),
+    ("mate/reference", MATE,
+     " " * 52 + "M: d1d8 g1f1 h2h3 g2g3 f2f3" + " " * 6
+     + "E: 999.99 4.1 4.0 3.9 3.8" + " " * 18 + "B: d1d8",
+     PERFECT_P, TOP),
     # mate found but its eval written 9.99: errors (min(990, 10), 0, 0, 0, 0) -> mean 2.0 >
     # tolerance 0.5 -> rung 0.8; continuous .15+.15+.2+.1*(1-.2)+.4 = .98
     ("mate/eval_off", MATE,
@@ -70,7 +76,10 @@ P_CASES = [
      P(1.0, 1.0, 1.0, 1.0, 2.0, 1.0), {"binary": 1.0, "graduated": 0.8, "continuous": 0.98}),
     ("mate/missed", MATE, p_completion(MATE_FEN, MATE.truth.moves, MATE.truth.evals, "g1f1"),
      P(1.0, 1.0, 1.0, 1.0, 0.0, 0.0), {"binary": -1.0, "graduated": 0.6, "continuous": 0.6}),
-    ("draw/reference", DRAW, DRAW.completion, PERFECT_P, TOP),
+    ("draw/reference", DRAW,
+     " " * 55 + "M: a4a5 d4c4 a6g6 a6a8 d4c5" + " " * 6
+     + "E: 0.0 0.0 0.0 0.0 0.0" + " " * 21 + "B: a4a5",
+     PERFECT_P, TOP),
     # public B: d4c5 ties at 0.0 with truth.best a4a5: every tied move is best
     ("draw/public_B_tied", DRAW, p_completion(DRAW_FEN, DRAW.truth.moves, [0.0] * 5, "d4c5"),
      PERFECT_P, TOP),
@@ -78,20 +87,29 @@ P_CASES = [
     # continuous .15+.15+.2*.4+.1+.4 = .88
     ("draw/two_moves", DRAW, p_completion(DRAW_FEN, ["d4c5", "a4a5"], [0.0, 0.0], "d4c5"),
      P(1.0, 1.0, 1.0, 0.4, 0.0, 1.0), {"binary": 1.0, "graduated": 0.8, "continuous": 0.88}),
-    ("promotion/reference", PROMO, PROMO.completion, PERFECT_P, TOP),
+    ("promotion/reference", PROMO,
+     " " * 58 + "M: e7e8q e7e8r g2f3 g2h3 g2g3" + " " * 4
+     + "E: 9.5 9.4 0.5 0.4 0.3" + " " * 21 + "B: e7e8q",
+     PERFECT_P, TOP),
     # e7e8 without its piece is not a legal move: legal 4/5, top5 4/5, best not legal
     # -> rung 0.4 (top5 >= .2); continuous .15*.8 + .2*.8 + .1 = .38
     ("promotion/no_piece", PROMO,
      p_completion(PROMO_FEN, ["e7e8", "e7e8r", "g2f3", "g2h3", "g2g3"],
                   PROMO.truth.evals, "e7e8"),
      P(1.0, 0.8, 0.0, 0.8, 0.0, 0.0), {"binary": -1.0, "graduated": 0.4, "continuous": 0.38}),
-    ("castling/reference", CASTLE, CASTLE.completion, PERFECT_P, TOP),
+    ("castling/reference", CASTLE,
+     " " * 59 + "M: e1g1 h1h7 e1f2 e1d2 h1h2" + " " * 6
+     + "E: 6.2 6.0 5.9 5.8 5.5" + " " * 21 + "B: e1g1",
+     PERFECT_P, TOP),
     # king-takes-rook e1h1 is not canonical UCI (e1g1): same arithmetic as no_piece
     ("castling/e1h1", CASTLE,
      p_completion(CASTLE_FEN, ["e1h1", "h1h7", "e1f2", "e1d2", "h1h2"],
                   CASTLE.truth.evals, "e1h1"),
      P(1.0, 0.8, 0.0, 0.8, 0.0, 0.0), {"binary": -1.0, "graduated": 0.4, "continuous": 0.38}),
-    ("en_passant/reference", EP, EP.completion, PERFECT_P, TOP),
+    ("en_passant/reference", EP,
+     " " * 28 + "M: e5f6 d2d4 g1f3 e5e6 f1b5" + " " * 6
+     + "E: 0.9 0.5 0.4 0.3 0.2" + " " * 21 + "B: e5f6",
+     PERFECT_P, TOP),
     # e5f6 eval written 0.1 (truth 0.9), B: d2d4: eval_error .8/5 = .16, best wrong -> rung 0.6;
     # continuous .15+.15+.2+.1*(1-.016) = .5984
     ("en_passant/wrong_eval", EP,

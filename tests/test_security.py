@@ -253,7 +253,11 @@ def test_a_pickle_beside_safetensors_is_ignored(tmp_path):
     assert policy.model.config.n_embd == 16 and not marker.exists()
 
 
-def test_remote_code_in_a_model_directory_is_not_run(tmp_path):
+@pytest.mark.parametrize("loader", ["load_pretrained", "load_hf"])
+def test_remote_code_in_a_model_directory_is_not_run(tmp_path, loader):
+    """A config whose auto_map names a module in the directory loads as plain GPT-2, through
+    rookworld's own loader and through transformers' (model=hf), and the module never runs."""
+    from rookworld.backends.hub import load_hf
     from rookworld.policy import load_pretrained
     d = _model_dir(tmp_path)
     marker = tmp_path / "pwned"
@@ -262,10 +266,10 @@ def test_remote_code_in_a_model_directory_is_not_run(tmp_path):
     config = json.loads((d / "config.json").read_text())
     config["auto_map"] = {"AutoModelForCausalLM": "evil.Evil"}
     (d / "config.json").write_text(json.dumps(config))
-    try:
-        load_pretrained(str(d))
-    except (ValueError, OSError):
-        pass  # refusing is fine too; running the file is not
+    load = {"load_pretrained": load_pretrained, "load_hf": load_hf}[loader]
+    policy = load(str(d))
+    assert type(policy.model).__module__.split(".")[0] in {"rookworld", "transformers"}
+    assert policy.model.config.n_embd == 16
     assert not marker.exists()
 
 

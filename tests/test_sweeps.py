@@ -294,15 +294,17 @@ def test_a_worker_fails_trials_whose_heartbeat_stopped_before_its_next_trial(tmp
 
     def beat(t):
         return Heartbeat(StudyRef(url, "s"), OmegaConf.create(
-            {"sweep": {"trial": t.number, "heartbeat_s": 0.2}}))
+            {"sweep": {"trial": t.number, "heartbeat_s": 0.1}}))
 
     with beat(dead):
         pass  # the dead trial's job beat once, then its process "died"
     with beat(alive):
-        time.sleep(2.0)  # the live one keeps beating past the grace period below
+        # the dead trial stays silent twice the grace period below, while the live one
+        # beats every 0.1 s: only a 2 s stall of a busy machine could fail it
+        time.sleep(4.0)
         FailStaleTrials().on_job_start(_study_config(url, grace_s=60))  # not silent long enough
         assert [t.state.name for t in study.get_trials()] == ["RUNNING"] * 3
-        FailStaleTrials().on_job_start(_study_config(url, grace_s=1))
+        FailStaleTrials().on_job_start(_study_config(url, grace_s=2))
     trials = optuna.load_study(study_name="s", storage=url).trials
     assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING"]  # no beat yet: alive
     assert trials[1].user_attrs["reason"] == STALE_REASON
