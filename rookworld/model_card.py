@@ -107,7 +107,7 @@ CURVE_STRENGTH = ("puzzles_first", "puzzles_illegal", "selfplay_plies", "acpl")
 
 
 def curve_table(rows: list[dict]) -> str:
-    """A compute curve as a markdown table: greedy held-out shares with normal intervals,
+    """A compute curve as a markdown table: greedy held-out shares with t intervals,
     and the strength measures the rows carry (shares with Wilson intervals)."""
     keys = ["eval/P/best_legal", "eval/P/legal", "eval/A/format", "eval/A/fen_exact"]
     names = ["P best_legal", "P legal", "A format", "A fen_exact"]

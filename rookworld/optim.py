@@ -243,8 +243,15 @@ def load_schedule_state(scheduler: LambdaLR, state: dict) -> None:
     """Resume a schedule: its step and peak lrs (base_lrs, which the NaN guard's back-off
     scales) from the checkpoint, its shape (warm-up, floor, total_steps) from this run's
     config, so that a resume with a raised `steps` runs the longer schedule instead of
-    sitting at the saved one's end."""
+    sitting at the saved one's end. Call it after loading the optimiser's state, whose lr it
+    sets for the next step."""
     scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
+    # the next step's lr from this schedule (the optimiser's state holds the saved one's)
+    lrs = [base * fn(scheduler.last_epoch)
+           for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    scheduler._last_lr = lrs
 
 
 def scale_lr(scheduler: LambdaLR, factor: float) -> None:

@@ -236,15 +236,18 @@ def eval_table(run: Run) -> list[str]:
     if not run.evals:
         return ["No evaluation was logged."]
     first, last = run.evals[0], run.evals[-1]
-    keys = sorted(k for k in last if k.startswith("eval/") and k != "eval/reward")
+    keys = sorted(k for k in {**first, **last} if k.startswith("eval/") and k != "eval/reward")
     lines = [INTERVAL_NOTE + ".", "",
              f"| metric | before (step {first['step']}) | after (step {last['step']}) "
              "| change | best (step) |", "|---|---|---|---|---|"]
     for k in [*keys, "eval/reward"]:
         if is_change(k):
-            lines.append(f"| {k} | | | {change_with_interval(first, last, k)} | |")
+            if k in last:
+                lines.append(f"| {k} | | | {change_with_interval(first, last, k)} | |")
             continue
-        if k not in last or k not in first:
+        if k not in last or k not in first:  # only one evaluation has it: "-" for the other
+            before, after = (with_interval(m, k) if k in m else "-" for m in (first, last))
+            lines.append(f"| {k} | {before} | {after} | - | |")
             continue
         steps, values = series(run.evals, k)
         # errors, losses and illegal shares are lower-better; the other metrics higher-better

@@ -264,6 +264,7 @@ def test_a_resume_with_more_steps_runs_the_longer_schedule():
     opt2, sched2 = spec.build(m.parameters(), 40)
     opt2.load_state_dict(opt.state_dict())
     load_schedule_state(sched2, sched.state_dict())
+    assert opt2.param_groups[0]["lr"] == pytest.approx(0.5e-3 * cosine_schedule(6, 2, 40, 0.1))
     lrs = _train(m, opt2, sched2, 6, seed=1)  # steps 7 .. 12 of the 40-step schedule
     assert lrs == pytest.approx([0.5e-3 * cosine_schedule(t, 2, 40, 0.1) for t in range(7, 13)])
     assert lrs[-1] > 0.5e-3 * 0.5  # the 10-step schedule would sit at its floor, 0.05e-3

@@ -211,3 +211,11 @@ def test_a_metric_only_one_evaluation_has_keeps_its_row():
     last = {"eval/reward": 0.2, "eval/strength/acpl": 150.0, "eval_se/strength/acpl": 10.0,
             "eval_n/strength/acpl": 3}
     assert "| eval/strength/acpl | - | 150.000 ± 43.030 | - |" in before_after_table(first, last)
+
+
+def test_the_run_reports_table_keeps_a_metric_only_one_evaluation_has():
+    first = {"step": -1, "eval/reward": 0.0}
+    last = {"step": 9, "eval/reward": 0.1, "eval/strength/acpl": 150.0}
+    run = report.Run(path=None, train=[], evals=[first, last], outcome={}, config={},
+                     overrides=[], examples=[], data={})
+    assert "| eval/strength/acpl | - | 150.000 | - | |" in report.eval_table(run)

@@ -55,9 +55,10 @@ def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[
         fen, move = pair
         if move is None or legal_move(chess.Board(fen), move) is None:
             return MoveLoss(fen, move, None)
-        best = pool.analyse(fen).moves[0]
-        if move == best:
+        top = pool.analyse(fen).moves
+        if not top or move == top[0]:  # no line: a draw by rule, which every move keeps
             return MoveLoss(fen, move, 0.0)
+        best = top[0]
         return MoveLoss(fen, move, centipawn_loss(pool.evaluate_after(fen, best),
                                                   pool.evaluate_after(fen, move)))
 

@@ -348,14 +348,14 @@ def _mean(values: list[float], spec: str = ".3f") -> str:
 
 def markdown(report: dict, s: SuiteSettings, label: str) -> str:
     """The suite's tables for each mode: shares with Wilson ~95% intervals, means with
-    normal ~95% intervals, the self-play median with a bootstrap interval."""
+    Student's t ~95% intervals, the self-play median with a bootstrap interval."""
     how = "Greedy B: move" if s.temperature == 0 else \
         f"B: move sampled at temperature {s.temperature}"
     lines = [f"# Playing strength: {label}", "",
              f"{how} (seed {s.seed}); 'free' reads the "
              "model's own answer, 'mask' decodes the B: move along legal moves only. Shares "
-             "carry Wilson ~95% intervals (a game score too, draws counting half), means normal "
-             "~95% intervals."]
+             "carry Wilson ~95% intervals (a game score too, draws counting half), means "
+             "Student's t ~95% intervals."]
     for mode, part in report.items():
         lines += ["", f"## {mode}", ""]
         if "puzzles" in part:
