@@ -28,7 +28,7 @@ def test_shares_carry_wilson_intervals_and_means_a_standard_error():
     rows = {r.split(" | ")[0].strip("| "): r for r in text.splitlines() if r.startswith("| ")}
     assert "0.000 [0.000, 0.088]" in rows["random_score"]  # not "± 0.000" at 0 of 40
     assert "0.053 [0.041, 0.069]" in rows["puzzles_first"]
-    assert "170.800 ± 25.480" in rows["acpl"]
+    assert "170.800 ± 25.565" in rows["acpl"]  # t with 364 degrees of freedom: 1.9666
     assert rows["selfplay_plies_median"].endswith("| - | 30.000 |")
     assert text.startswith("Measured here.")
 
@@ -76,7 +76,8 @@ def test_a_strength_curve_gives_each_point_its_measures_with_intervals():
     assert "puzzles_first" in table[0] and "selfplay_plies" in table[0]
     assert "acpl" not in table[0]  # no row carries it
     assert "0.000 [0.000, 0.037]" in table[1]  # Wilson at 0 of 100, not ± 0.000
-    assert table[2].startswith("| shipped | 1000 | 32,000 |") and "2.500 ± 0.980" in table[2]
+    # the self-play mean over 4 games: t 3.18 x its standard error 0.5
+    assert table[2].startswith("| shipped | 1000 | 32,000 |") and "2.500 ± 1.591" in table[2]
 
 
 def test_a_section_is_found_by_its_whole_heading_line():
