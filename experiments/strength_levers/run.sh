@@ -28,7 +28,8 @@
 #   distinct_listed80 (that over 80 steps); distinct_listed_quality (distinct_listed with the
 #   B: move's engine quality too, algorithm.move_quality=1.0); seen64 (P only, on 64 training positions seen
 #   about 11 times each, with quality4's credit: seen_positions.py measures them); seen64_150
-#   (that over 150 steps, about 37 times each).
+#   (that over 150 steps, about 37 times each); no_filter (prompt_filter.oversample=1: every
+#   drawn prompt trained on, without the greedy pre-pass that keeps the 16 of 32 answered worst).
 # SEEDS="0" runs seed 0 only (a pilot); the default is "0 1 2". OVERRIDES="autocast=off"
 # adds those overrides to every run (float32 products where auto would take bf16).
 set -euo pipefail
@@ -75,6 +76,7 @@ for arm in "${arms[@]}"; do
              reward.policy_weights.legal=0.25 reward.policy_weights.best_legal=0.25) ;;
     check30) extra=("data.train=$(in_check)") ;;
     engine_sequence) extra=(reward=engine algorithm.credit=sequence) ;;
+    no_filter) extra=(prompt_filter.oversample=1) ;;
     steps80) extra=(steps=80) ;;
     steps300) extra=(steps=300) ;;
     top5) extra=(reward.policy_weights.top5=0.5) ;;
