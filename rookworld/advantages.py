@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .grpo import normalise_groups, within_group
+from .grpo import normalise_groups, relative_advantages
 
 NORMALIZE = ("none", "ema")
 BASELINES = ("group", "batch", "ema", "adaptive")
@@ -181,12 +181,9 @@ class RunningAdvantage:
         clip and the warm-up factor, as for the rewards."""
         per_group = self.normalize == "none" and self.baseline == "group" \
             and self.scale in ("group", "none")
-        adv = within_group(values, self.scale if per_group else "group", self.min_std, self.clip)
+        adv = relative_advantages(values[None], self.scale if per_group else "group",
+                                  self.min_std, self.clip, shift=False)
         return adv * self.warmup(step)
-
-    def __repr__(self) -> str:
-        return (f"RunningAdvantage(normalize={self.normalize!r}, baseline={self.baseline!r}, "
-                f"scale={self.scale!r}, clip={self.clip}, warmup_steps={self.warmup_steps})")
 
     def metrics(self) -> dict[str, float]:
         """What the last call measured: running means and stds, the baseline, the warm-up."""

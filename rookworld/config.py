@@ -353,14 +353,15 @@ def unreached_reward(cfg: DictConfig) -> list[str]:
         return []
     reward = cfg.get("reward") or {}
     target = str(reward.get("_target_", ""))
+    if not target:
+        return []
+    what = "its score of the B: move"
     if target.endswith("ContinuousReward"):
         weights = reward.get("policy_weights") or {}
         parts = [k for k in MOVE_PARTS if float(weights.get(k, 0) or 0) > 0]
+        if not parts:
+            return []
         what = f"its {' and '.join(parts)} part{'s' if len(parts) > 1 else ''}"
-    else:
-        parts, what = [target], "its score of the B: move"
-    if not parts or not target:
-        return []
     return [f"algorithm.credit=moves gives each move's characters the advantage of its "
             f"legality: what the reward scores of the moves ({what}) reaches only the other "
             f"tokens; algorithm.credit=sequence lets it reach the moves "

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .chess_tasks import PolicyTruth
 from .chess_tasks.policy import field_starts
-from .grpo import normalise_groups
+from .grpo import GroupAdvantage
 from .rewards.parts import legal_moves
 
 MAX_LOSS = 3.0  # pawns of loss at which a labelled move's quality reaches 0 (reward=engine's)
@@ -89,14 +89,12 @@ def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None)
     return ends
 
 
-def group_std(values: Tensor) -> Tensor:
-    """GRPO's comparison of one group's slot values [k]: (value - mean) / max(std, 1e-4)."""
-    return normalise_groups(values[None], "group", 1e-4, shift=False)
+GRPO = GroupAdvantage(min_std=1e-4)  # the default comparison: (value - mean) / max(std, 1e-4)
 
 
 def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
                     ends: list[list[int]], group: int, width: int,
-                    compare: Callable[[Tensor], Tensor] = group_std,
+                    compare: Callable[[Tensor], Tensor] = GRPO.within,
                     bonus: Callable[[int, str, str], float] | None = None,
                     distinct: bool = False) -> Tensor:
     """[N] sequence advantages -> [N, width] token advantages with move credit.
@@ -140,10 +138,10 @@ class MoveCredit:
     legal listed move's (0 = legality alone); distinct: a repeated listed move is worth 0;
     advantage: the run's advantage (`algorithm.advantage`), whose `within(values, step)`
     compares a group's slots as it compares rewards (its scale, baseline, clip and
-    warm-up); None: GRPO's group std."""
+    warm-up); by default GRPO's group std."""
 
     def __init__(self, tokenizer, move_quality: float = 0.0, listed_quality: float = 0.0,
-                 distinct: bool = False, advantage=None):
+                 distinct: bool = False, advantage=GRPO):
         self.tokenizer, self.lengths, self.advantage = tokenizer, {}, advantage
         self.move_quality, self.listed_quality = float(move_quality), float(listed_quality)
         self.distinct = bool(distinct)
@@ -164,8 +162,7 @@ class MoveCredit:
                                        rollout.completion_mask.sum(-1).tolist(), fens)]
         bonus = (lambda i, slot, move: self.bonus(rows[i].truth, slot, move)) \
             if self.move_quality or self.listed_quality else None
-        compare = group_std if self.advantage is None else \
-            (lambda values: self.advantage.within(values, step))
         return move_advantages(seq_adv.cpu(), fens, texts, ends, group,
-                               rollout.completion_ids.shape[1], compare=compare,
+                               rollout.completion_ids.shape[1],
+                               compare=lambda values: self.advantage.within(values, step),
                                bonus=bonus, distinct=self.distinct).to(seq_adv.device)

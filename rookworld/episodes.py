@@ -305,8 +305,6 @@ def play_games(engine, starts: list[str], step: int, s: Games) -> Played:
     return Played(games, rows, texts, own, parts, env_scores, losses)
 
 
-
-
 def _push(g: Game, move: chess.Move, max_plies: int) -> None:
     g.board.push(move)
     if (ended := game_over(g.board)) is not None:

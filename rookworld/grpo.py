@@ -224,25 +224,22 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group",
                      min_std: float = 1e-6, clip: float | None = None,
                      baseline: str = "mean") -> Tensor:
     """rewards [N] (groups of group_size contiguous) -> advantages [N] float32:
-    `normalise_groups` in float64 with the tie shift, then clamped to [-clip, clip] when
-    clip is given. baseline "leave_one_out" (RLOO, Ahmadian et al. 2024): each reward
-    minus the mean of the other G - 1 of its group, which is G / (G - 1) times its
-    distance from the group's mean."""
-    adv = normalise_groups(_grouped(rewards, group_size), scale, min_std)
-    if baseline == "leave_one_out":
-        adv = adv * (group_size / (group_size - 1))
-    if clip is not None:
-        adv = adv.clamp(-clip, clip)
-    return adv.float()
+    `relative_advantages` in float64 with the tie shift."""
+    return relative_advantages(_grouped(rewards, group_size), scale, min_std, clip,
+                               baseline).float()
 
 
-def within_group(values: Tensor, scale: str, min_std: float, clip: float | None = None,
-                 baseline: str = "mean") -> Tensor:
-    """One group's values [k] -> advantages [k] in their dtype: `normalise_groups` without
-    the tie shift, times k / (k - 1) for the leave-one-out baseline, clamped at clip."""
-    adv = normalise_groups(values[None], scale, min_std, shift=False)
+def relative_advantages(groups: Tensor, scale: str, min_std: float, clip: float | None = None,
+                        baseline: str = "mean", shift: bool = True) -> Tensor:
+    """values [groups, k] -> advantages [groups * k] in their dtype: `normalise_groups`
+    (shift: its tie shift), times k / (k - 1) for the leave-one-out baseline (RLOO, Ahmadian
+    et al. 2024: each value minus the mean of the other k - 1 of its group, which is
+    k / (k - 1) times its distance from the group's mean), clamped to [-clip, clip] when clip
+    is given. GRPO's group advantages and move credit's slots (`within`) share it."""
+    adv = normalise_groups(groups, scale, min_std, shift=shift)
     if baseline == "leave_one_out":
-        adv = adv * (len(values) / (len(values) - 1))
+        k = groups.shape[1]
+        adv = adv * (k / (k - 1))
     return adv if clip is None else adv.clamp(-clip, clip)
 
 
@@ -288,8 +285,8 @@ class GroupAdvantage:
         """Advantages of one group's values [k] (k >= 2), compared as a group's rewards
         are: move credit's slots (`credit.move_advantages`). A slot's batch is its group, so
         scale=batch divides by the group's own std."""
-        return within_group(values, "group" if self.scale == "batch" else self.scale,
-                            self.min_std, self.clip, self.baseline)
+        return relative_advantages(values[None], "group" if self.scale == "batch" else self.scale,
+                                   self.min_std, self.clip, self.baseline, shift=False)
 
     def __repr__(self) -> str:
         return (f"GroupAdvantage(scale={self.scale!r}, min_std={self.min_std}, clip={self.clip}, "

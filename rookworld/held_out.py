@@ -103,15 +103,18 @@ def count(metrics: dict, key: str) -> int | None:
     return None if n is None else int(n)
 
 
-def interval(metrics: dict, key: str, z: float | None = None) -> float | None:
-    """Half-width of the ~95% interval of metrics[key]: z standard errors, by default
-    `t95` of its count (1.96 when the count is unknown); None when no error is known or
-    the mean is of fewer than 2 values."""
-    se = metrics.get(se_key(key))
-    n = count(metrics, key)
+def half_width(se: float | None, n: int | None, z: float | None = None) -> float | None:
+    """z standard errors, by default `t95` of the count n (1.96 when it is unknown); None
+    when no error is known or the mean is of fewer than 2 values."""
     if se is None or (n is not None and n < 2):
         return None
     return (t95(n) if z is None else z) * se
+
+
+def interval(metrics: dict, key: str, z: float | None = None) -> float | None:
+    """Half-width of the ~95% interval of metrics[key] (`half_width` of its error and
+    count), if known."""
+    return half_width(metrics.get(se_key(key)), count(metrics, key), z)
 
 
 def with_interval(metrics: dict, key: str) -> str:
@@ -130,10 +133,8 @@ def change_with_interval(first: dict, last: dict, key: str, z: float | None = No
         return f"{last[key]:+.3f}" + ("" if half is None else f" ± {half:.3f}")
     text = f"{last[key] - first[key]:+.3f}"
     if dse_key(key) in last:
-        n = count(last, key)
-        if n is not None and n < 2:
-            return text
-        return text + f" ± {(t95(n) if z is None else z) * last[dse_key(key)]:.3f}"
+        half = half_width(last[dse_key(key)], count(last, key), z)
+        return text if half is None else text + f" ± {half:.3f}"
     a, b = interval(first, key, z), interval(last, key, z)
     return text if a is None or b is None else text + f" ± {math.hypot(a, b):.3f}"
 

@@ -205,7 +205,7 @@ def test_move_quality_needs_move_credit(name):
 
 def _two_rows_one_illegal_b(advantage, step):
     """The B: slot's advantages of two rows, the first B: move illegal, under MoveCredit
-    with the given run advantage at the given step."""
+    with the given run advantage (None: its default) at the given step."""
     texts = [" M: e2e4  E: 0.3  B: e2e5", " M: e2e4  E: 0.3  B: e2e4"]
     tok = build_char_tokenizer()
     comp = torch.tensor([tok(t, add_special_tokens=False)["input_ids"] for t in texts])
@@ -213,7 +213,9 @@ def _two_rows_one_illegal_b(advantage, step):
     r = Rollout(comp[:, :1], mask[:, :1], comp, mask, torch.zeros(2, comp.shape[1]),
                 torch.zeros(2, dtype=torch.bool))
     rows = [policy_sample(START, ("e2e4",), (0.3,))] * 2
-    adv = credit.MoveCredit(tok, advantage=advantage)(torch.zeros(2), rows, texts, r, 2, step)
+    move_credit = credit.MoveCredit(tok) if advantage is None else \
+        credit.MoveCredit(tok, advantage=advantage)  # None: MoveCredit's default
+    adv = move_credit(torch.zeros(2), rows, texts, r, 2, step)
     return [adv[i, credit.move_spans(t)[-1][1]].item() for i, t in enumerate(texts)]
 
 

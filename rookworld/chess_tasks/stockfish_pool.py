@@ -212,7 +212,7 @@ class EnginePool:
         searchmove (startpos g1h3 at depth 8: +3.84).
         """
         top = self.analyse(fen)
-        if move in top.moves and chess.Board(fen).is_legal(chess.Move.from_uci(move)):
+        if move in top.moves:  # the engine's lines: legal moves by construction
             return top.evals[top.moves.index(move)]
         return self.evaluate_after(fen, move)
 

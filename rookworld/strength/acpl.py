@@ -53,7 +53,7 @@ def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[
 
     def one(pair: tuple[str, str | None]) -> MoveLoss:
         fen, move = pair
-        if move is None or legal_move(chess.Board(fen), move) is None:
+        if legal_move(chess.Board(fen), move) is None:  # illegal, unparseable or missing
             return MoveLoss(fen, move, None)
         top = pool.analyse(fen).moves
         if not top or move == top[0]:  # no line: a draw by rule, which every move keeps

@@ -138,7 +138,7 @@ def is_right(board: chess.Board, answer: str | None, listed: str) -> bool:
 
 def is_legal(board: chess.Board, answer: str | None) -> bool:
     """The answer is a legal move of the board in canonical UCI (`legal_move`)."""
-    return bool(answer) and legal_move(board, answer) is not None
+    return legal_move(board, answer) is not None
 
 
 @dataclass(frozen=True)
