@@ -29,7 +29,7 @@ class Batch:
     ref_logprobs: Tensor | None  # [N,T]
     metrics: dict = field(default_factory=dict)
     norm_tokens: float = 0.0     # loss-mask tokens of the whole step (all ranks)
-    norm_rows: int = 0           # rows of the whole step (all ranks)
+    norm_rows: int = 0           # rows of the whole step with a real token (all ranks)
     anchor: list[Sample] = field(default_factory=list)  # ground-truth samples of the anchor term
     old_values: Tensor | None = None  # [N,T] the critic's values at rollout (PPO; ppo.py)
     returns: Tensor | None = None     # [N,T] GAE's returns, the value loss's targets

@@ -188,11 +188,13 @@ class GRPOEngine:
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
         if hasattr(self.algorithm.advantage, "metrics"):  # stateful advantages' statistics
             m.update(self.algorithm.advantage.metrics())
-        norm_tokens, norm_rows = float(loss_mask.sum()), len(rows)
+        # the step's normalisers: a dropped group's rows have left the batch
+        norm_tokens = float(loss_mask.sum())
+        norm_rows = int(loss_mask.bool().any(-1).sum())
         if self.dist:
             m = self._global_metrics(self.dist.combine_metrics(m), rewards, adv_every)
-            norm_tokens = self.dist.sum_floats({"t": norm_tokens})["t"]
-            norm_rows *= self.dist.world
+            total = self.dist.sum_floats({"t": norm_tokens, "r": float(norm_rows)})
+            norm_tokens, norm_rows = total["t"], int(total["r"])
         if self.settings.release_memory:
             release_freed_memory()
         return Batch(samples, r, texts, temps, rewards, loss_adv, loss_mask, ref_lp, m,
@@ -461,7 +463,7 @@ class GRPOEngine:
         """These rows' share of the whole step's loss (over every rank)."""
         return grpo.chunk_weight(self.algorithm.loss.agg_mode, b.loss_mask[rows],
                                  b.norm_tokens or float(b.loss_mask.sum()),
-                                 b.norm_rows or b.loss_mask.shape[0])
+                                 b.norm_rows or grpo.rows_in_batch(b.loss_mask))
 
     def _no_sync(self, skip: bool):
         """DDP: no gradient all-reduce for this micro-batch (all but the last)."""

@@ -143,19 +143,27 @@ def token_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 
 def seq_mean_token_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """GRPO's mean: each sequence's mean over its real tokens, then the mean over all N
-    sequences (one with no real token counts as 0). [N, T], [N, T] -> scalar."""
+    """GRPO's mean: each sequence's mean over its real tokens, then the mean over the
+    sequences (`rows_in_batch`: a row with no real token, a dropped group's, is not one).
+    [N, T], [N, T] -> scalar."""
     xm, m = _masked(x, mask)
     per_seq = xm.sum(-1) / m.sum(-1).clamp_min(1)
-    return per_seq.mean()
+    return per_seq.sum() / rows_in_batch(m)
 
 
 def seq_mean_token_sum_norm(x: Tensor, mask: Tensor, max_len: int) -> Tensor:
-    """Dr. GRPO's aggregator: sum over real tokens / (N * max_len), with max_len a constant
-    (the generation budget), so no length bias enters through the normaliser.
-    [N, T], [N, T] -> scalar."""
-    xm, _ = _masked(x, mask)
-    return xm.sum() / (x.shape[0] * max_len)
+    """Dr. GRPO's aggregator: sum over real tokens / (rows x max_len), with max_len a
+    constant (the generation budget), so no length bias enters through the normaliser;
+    rows as in `rows_in_batch`. [N, T], [N, T] -> scalar."""
+    xm, m = _masked(x, mask)
+    return xm.sum() / (rows_in_batch(m) * max_len)
+
+
+def rows_in_batch(mask: Tensor) -> int:
+    """The rows of mask [N, T] with a real token (at least 1): the sequences the
+    aggregators average over. A row masked out whole (`zero_variance=drop`'s groups) has
+    left the batch, under every agg_mode as under token_mean."""
+    return max(int(mask.bool().any(-1).sum()), 1)
 
 
 # algorithm.loss.agg_mode: how per-token values become the loss (verl's names)
@@ -178,10 +186,11 @@ def chunk_weight(agg_mode: str, chunk_mask: Tensor, total_tokens: float, total_r
                  ) -> float:
     """The share of the aggregator's normaliser held by a chunk of rows (chunk_mask [n, T]),
     so that the chunks' losses, each aggregated on its own and weighted by this, sum to the
-    whole batch's loss: its share of real tokens under token_mean, of rows otherwise."""
+    whole batch's loss: its share of real tokens under token_mean, of the batch's rows
+    otherwise (total_rows: `rows_in_batch` of the whole batch)."""
     if agg_mode == "token_mean":
         return float(chunk_mask.sum() / max(total_tokens, 1.0))
-    return chunk_mask.shape[0] / total_rows
+    return int(chunk_mask.bool().any(-1).sum()) / max(total_rows, 1)
 
 
 ADVANTAGE_SCALES = ("group", "batch", "none")

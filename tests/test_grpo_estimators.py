@@ -7,13 +7,17 @@ import pytest
 import torch
 
 from rookworld.grpo import (
+    AGG_MODES,
     KL_ESTIMATORS,
+    aggregate,
+    chunk_weight,
     entropy_from_logits,
     kl_full,
     kl_k1,
     kl_k2,
     kl_k3,
     masked_kl,
+    rows_in_batch,
     seq_mean_token_mean,
     seq_mean_token_sum_norm,
     token_logprobs,
@@ -180,10 +184,34 @@ def test_aggregators_vs_loops():
     lens = [7, 3, 1, 0, 5, 2]
     mask = torch.tensor([[1] * n + [0] * (7 - n) for n in lens]).float()
     tokens = [x[i, t].item() for i, n in enumerate(lens) for t in range(n)]
-    seq_means = [sum(x[i, :n].tolist()) / n if n else 0.0 for i, n in enumerate(lens)]
+    seq_means = [sum(x[i, :n].tolist()) / n for i, n in enumerate(lens) if n]
     assert token_mean(x, mask).item() == pytest.approx(sum(tokens) / len(tokens), abs=1e-6)
-    assert seq_mean_token_mean(x, mask).item() == pytest.approx(sum(seq_means) / 6, abs=1e-6)
-    assert seq_mean_token_sum_norm(x, mask, 10).item() == pytest.approx(sum(tokens) / 60, abs=1e-6)
+    # the row with no real token is not in the batch: 5 sequences
+    assert seq_mean_token_mean(x, mask).item() == pytest.approx(sum(seq_means) / 5, abs=1e-6)
+    assert seq_mean_token_sum_norm(x, mask, 10).item() == pytest.approx(sum(tokens) / 50, abs=1e-6)
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_a_dropped_group_leaves_the_batch_under_every_agg_mode(agg):
+    """Rows masked out whole (zero_variance=drop) change no aggregate: the loss over the
+    batch with them equals the loss over the kept rows alone, and chunk weights over any
+    split of the rows still sum the chunks' aggregates to the whole batch's."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 6, generator=g)
+    lens = torch.tensor([6, 2, 4, 1, 5, 3, 6, 2])
+    mask = (torch.arange(6)[None, :] < lens[:, None]).float()
+    dropped = mask.clone()
+    dropped[2:4] = 0.0  # one group of two rows dropped
+    kept = torch.tensor([0, 1, 4, 5, 6, 7])
+    whole = aggregate(x, dropped, agg, 6)
+    assert whole.item() == pytest.approx(aggregate(x[kept], mask[kept], agg, 6).item(),
+                                         abs=1e-6)
+    for cuts in ([0, 3, 8], [0, 2, 4, 8], [0, 4, 8]):
+        total = sum(chunk_weight(agg, dropped[a:b], float(dropped.sum()),
+                                 rows_in_batch(dropped))
+                    * aggregate(x[a:b], dropped[a:b], agg, 6).item()
+                    for a, b in zip(cuts, cuts[1:]))
+        assert total == pytest.approx(whole.item(), abs=1e-6)
 
 
 def test_constant_norm_rejects_bad_max_len():
