@@ -89,8 +89,9 @@ class LabelPool:
         t = self.truth[fen]
         return SimpleNamespace(moves=t.moves, evals=t.evals, label="labels")
 
-    def evaluate_move(self, fen, move):
-        return min(self.truth[fen].evals) - 1.0
+    def evaluate_after(self, fen, move):
+        t = self.truth[fen]
+        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
 
 
 def throughput(reward, rows, repeats: int) -> float:

@@ -58,8 +58,9 @@ class TablePool:
         t = self.truth[fen]
         return SimpleNamespace(moves=t.moves, evals=t.evals, label="labels")
 
-    def evaluate_move(self, fen, move):
-        return min(self.truth[fen].evals) - 1.0
+    def evaluate_after(self, fen, move):
+        t = self.truth[fen]
+        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
 
 
 def corpus(limit: int = 400) -> list[Sample]:

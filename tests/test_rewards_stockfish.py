@@ -28,7 +28,7 @@ class Analysis(NamedTuple):
 
 
 class TablePool:
-    """Engine stand-in with fixed answers; counts evaluate_move calls."""
+    """Engine stand-in with fixed answers; counts evaluate_after calls."""
 
     def __init__(self, analyses, after):
         self.analyses, self.after, self.evaluate_calls = analyses, after, 0
@@ -36,15 +36,19 @@ class TablePool:
     def analyse(self, fen):
         return self.analyses[fen]
 
-    def evaluate_move(self, fen, move):
+    def evaluate_after(self, fen, move):
         self.evaluate_calls += 1
         return self.after[(fen, move)]
 
 
 def table_pool():
-    # the engine ranks the promotion lines as the stored labels do; g2f2 is searched apart
+    # the engine ranks the promotion lines as the stored labels do; the searches after each
+    # move agree with the lines except g2h3's (a search one ply deeper than its root line)
+    after = dict(zip(((PROMO_FEN, m) for m in PROMO.truth.moves), PROMO.truth.evals))
+    after[(PROMO_FEN, "g2f2")] = 8.0
+    after[(PROMO_FEN, "g2h3")] = 8.9
     return TablePool({PROMO_FEN: Analysis(PROMO.truth.moves, PROMO.truth.evals, "table")},
-                     {(PROMO_FEN, "g2f2"): 8.0})
+                     after)
 
 
 def completion(best, moves=PROMO.truth.moves, evals=PROMO.truth.evals):
@@ -52,12 +56,15 @@ def completion(best, moves=PROMO.truth.moves, evals=PROMO.truth.evals):
 
 
 @pytest.mark.parametrize(("best", "score", "cp_loss", "evaluate_calls"), [
-    ("e7e8q", 1.0, 0.0, 0),                        # the engine's best: no loss
+    ("e7e8q", 1.0, 0.0, 0),                        # the engine's best: no loss, no search
     # e7e8r: loss 9.5 - 9.4 = .1 pawn -> .2 + .8 * (1 - .1/3) = .97333...
-    ("e7e8r", 0.2 + 0.8 * (1 - 0.1 / 3), 10.0, 0),
-    # g2f2 is not an analysed line: evaluate_move says 8.0 -> loss 1.5 -> .2 + .8 * .5 = .6
-    ("g2f2", 0.6, 150.0, 1),
-    ("g2g3", 0.2, 300.0, 0),                       # loss 9.2 capped at 3 -> legal_score
+    ("e7e8r", 0.2 + 0.8 * (1 - 0.1 / 3), 10.0, 2),
+    # g2f2 is not an analysed line: searched after, 8.0 -> loss 1.5 -> .2 + .8 * .5 = .6
+    ("g2f2", 0.6, 150.0, 2),
+    # g2h3 is a line (root eval 0.4) but is scored by the search after it, as the best
+    # move is: 9.5 - 8.9 = .6 pawn -> .2 + .8 * .8 = .84
+    ("g2h3", 0.84, 60.0, 2),
+    ("g2g3", 0.2, 300.0, 2),                       # loss 9.2 capped at 3 -> legal_score
     ("e7e8", 0.0, 300.0, 0),                       # no promotion piece: not legal
 ])
 def test_engine_policy_scores(best, score, cp_loss, evaluate_calls):

@@ -9,7 +9,7 @@ from pathlib import Path
 import chess
 import pytest
 
-from rookworld.chess_tasks.stockfish_pool import EnginePool
+from rookworld.chess_tasks.stockfish_pool import EnginePool, against_best
 
 pytestmark = pytest.mark.usefixtures("stockfish")
 
@@ -57,15 +57,23 @@ def test_cache_returns_same_object(pool):
     assert pool.analyse(fen) is pool.analyse(fen)
 
 
-def test_evaluate_move_side_to_move_view(pool):
-    assert pool.evaluate_move(MATE_IN_1, "a1a8") == pytest.approx(999.99)
+def test_evaluate_after_side_to_move_view(pool):
+    assert pool.evaluate_after(MATE_IN_1, "a1a8") == pytest.approx(999.99)
     top = pool.analyse(chess.STARTING_FEN)
-    assert pool.evaluate_move(chess.STARTING_FEN, top.moves[0]) == top.evals[0]  # loss 0
-    blunder = pool.evaluate_move(chess.STARTING_FEN, "g2g4")
+    blunder = pool.evaluate_after(chess.STARTING_FEN, "g2g4")
     assert "g2g4" not in top.moves  # searched after the move, from the mover's view
-    assert blunder < top.evals[0]
+    assert blunder < pool.evaluate_after(chess.STARTING_FEN, top.moves[0])
     with pytest.raises(ValueError):
-        pool.evaluate_move(chess.STARTING_FEN, "e2e5")
+        pool.evaluate_after(chess.STARTING_FEN, "e2e5")
+
+
+def test_against_best_compares_both_moves_searched_after_them(pool):
+    top = pool.analyse(chess.STARTING_FEN).moves
+    assert against_best(pool, chess.STARTING_FEN, top[0]) is None  # the best loses nothing
+    best, second = against_best(pool, chess.STARTING_FEN, top[1])
+    assert best == pool.evaluate_after(chess.STARTING_FEN, top[0])
+    assert second == pool.evaluate_after(chess.STARTING_FEN, top[1])
+    assert against_best(pool, "8/8/8/8/8/8/4k3/K7 w - - 0 1", "a1b1") is None  # no lines
 
 
 def test_analyse_many_keeps_order(pool):
@@ -105,14 +113,14 @@ def test_nodes_limit_in_label(engine_pool):
     assert len(p.analyse(chess.STARTING_FEN).moves) == 5
 
 
-def test_evaluate_move_outside_top_lines(engine_pool):
+def test_evaluate_after_outside_top_lines(engine_pool):
     two_mates = "6k1/5ppp/8/8/8/8/5PPP/R3R1K1 w - - 0 1"  # Ra8# and Re8#
     queen_hang = "4k3/7r/8/8/8/8/3Q4/4K3 w - - 0 1"  # Qd7+?? Kxd7: rook vs nothing
     p = engine_pool(processes=1, depth=4, multipv=1)
     (top,) = p.analyse(two_mates).moves
     other = ({"a1a8", "e1e8"} - {top}).pop()
-    assert p.evaluate_move(two_mates, other) == pytest.approx(999.99)  # mate given
-    assert p.evaluate_move(queen_hang, "d2d7") < -5  # mover's view: lost
+    assert p.evaluate_after(two_mates, other) == pytest.approx(999.99)  # mate given
+    assert p.evaluate_after(queen_hang, "d2d7") < -5  # mover's view: lost
 
 
 def _cpu_ticks(pid: int) -> int:

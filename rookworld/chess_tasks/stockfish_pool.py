@@ -201,26 +201,14 @@ class EnginePool:
             return Analysis((), (), self.limit_label)
         return self._cached(("analyse", board.fen()), compute)
 
-    def evaluate_move(self, fen: str, move: str) -> float:
-        """Eval (pawns, side to move's view) of playing `move` in `fen`, consistent
-        with `analyse(fen)`: a move among its MultiPV lines gets that line's eval
-        (so best move -> loss 0); any other legal move gets minus the eval of the
-        position after it at the pool's limit (mate given = 999.99, a draw on the
-        board = 0.0). Raises ValueError for an illegal move.
-
-        Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
-        searchmove (startpos g1h3 at depth 8: +3.84).
-        """
-        top = self.analyse(fen)
-        if move in top.moves:  # the engine's lines: legal moves by construction
-            return top.evals[top.moves.index(move)]
-        return self.evaluate_after(fen, move)
-
     def evaluate_after(self, fen: str, move: str) -> float:
         """Eval (pawns, side to move's view) of playing `move` in `fen`: minus the eval of
         the position after it at the pool's limit, whatever the move (mate given = 999.99,
         a draw on the board = 0.0), so that two moves of one position compare at the same
-        depth. Raises ValueError for an illegal move."""
+        depth. Raises ValueError for an illegal move.
+
+        Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
+        searchmove (startpos g1h3 at depth 8: +3.84)."""
         board = chess.Board(fen)
         mv = chess.Move.from_uci(move)
         if not board.is_legal(mv):
@@ -265,3 +253,15 @@ class EnginePool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def against_best(pool, fen: str, move: str) -> tuple[float, float] | None:
+    """(eval of the engine's best move, eval of the legal `move`) in `fen`, both by the
+    pool's `evaluate_after`, so that a move as good as the best compares equal (a root eval
+    is a search one ply shallower than the one after a move); None when nothing is lost:
+    the move is the engine's first line, or the position has none (a draw by rule, which
+    every move keeps). What the engine reward and the centipawn loss score."""
+    top = pool.analyse(fen).moves
+    if not top or move == top[0]:
+        return None
+    return pool.evaluate_after(fen, top[0]), pool.evaluate_after(fen, move)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rookworld.chess_tasks import EnvTruth, PolicyTruth, parse_policy
+from rookworld.chess_tasks.stockfish_pool import against_best
 
 from .base import Reward, Scored
 from .graduated import GraduatedReward
@@ -24,9 +25,9 @@ class EngineReward(Reward):
                                    otherwise, where loss = max(0, best eval - eval
                                    of the `B:` move) in pawns, side to move's view
 
-    The engine's best eval is max(pool.analyse(fen).evals); the move's eval is
-    read from that analysis when the move is one of its lines, else from
-    pool.evaluate_move(fen, move). The pool caches analyses per FEN, so the
+    Both evals come from searching the position after the move at the pool's limit
+    (`stockfish_pool.against_best`, the centipawn loss's rule), so that a move as good as the
+    engine's best loses nothing. The pool caches its searches per position, so the
     score of a (position, move) is fixed within a run; engine errors propagate.
     Parts: policy_parts against the sample's stored labels (for logging; a
     sample without labels scores them as empty) plus `cp_loss`, the loss in
@@ -87,12 +88,5 @@ class EngineReward(Reward):
         """Pawns the legal `move` loses against the engine's best in `fen` (>= 0).
         A position the rules already call over (insufficient material, 75-move
         rule: the pool returns no lines) costs nothing: every move draws."""
-        analysis = self.pool.analyse(fen)
-        if not analysis.evals:
-            return 0.0
-        top = max(analysis.evals)
-        if move in analysis.moves:
-            value = analysis.evals[list(analysis.moves).index(move)]
-        else:
-            value = self.pool.evaluate_move(fen, move)
-        return max(0.0, top - value)
+        evals = against_best(self.pool, fen, move)
+        return 0.0 if evals is None else max(0.0, evals[0] - evals[1])

@@ -2,7 +2,7 @@
 
 The loss of a legal move is eval(engine's best move) - eval(the move), both from the
 side to move's view and both by searching the position after the move at the pool's limit
-(`EnginePool.evaluate_after`), so that a move as good as the engine's loses nothing on
+(`stockfish_pool.against_best`), so that a move as good as the engine's loses nothing on
 average (the best move's root eval would be a search one ply shallower than the move's);
 each eval is first clipped to +-CAP centipawns, as Lichess clips before it averages, so one
 position's loss is at most 2 x CAP (a missed mate against a mate of our own), not 100,000.
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import chess
 
 from ..chess_tasks import legal_move
+from ..chess_tasks.stockfish_pool import against_best
 from ..held_out import mean_se
 
 CAP = 1000  # centipawns
@@ -55,12 +56,8 @@ def move_losses(pool, fens: Sequence[str], moves: Sequence[str | None]) -> list[
         fen, move = pair
         if legal_move(chess.Board(fen), move) is None:  # illegal, unparseable or missing
             return MoveLoss(fen, move, None)
-        top = pool.analyse(fen).moves
-        if not top or move == top[0]:  # no line: a draw by rule, which every move keeps
-            return MoveLoss(fen, move, 0.0)
-        best = top[0]
-        return MoveLoss(fen, move, centipawn_loss(pool.evaluate_after(fen, best),
-                                                  pool.evaluate_after(fen, move)))
+        evals = against_best(pool, fen, move)
+        return MoveLoss(fen, move, 0.0 if evals is None else centipawn_loss(*evals))
 
     with ThreadPoolExecutor(pool.processes) as ex:
         return list(ex.map(one, zip(fens, moves)))
