@@ -9,7 +9,7 @@ is the reward's own work, not Stockfish's). Each position gets `group`
 completions in a row, as a GRPO group does: the reference, three corruptions of
 it (characters flipped, cut short, another B: move / a changed FEN field) and
 free text, cycled. The parts' caches (legal moves, truth squares) are
-cleared before each pass.
+cleared before each pass; `--no-cache` switches them off (each call computes).
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def throughput(reward, rows, repeats: int) -> float:
     """Best of `repeats` passes, completions per second (cache cleared each pass)."""
     best = 0.0
     for _ in range(repeats):
-        parts.legal_moves.cache_clear()
-        parts._truth_squares.cache_clear()
+        for cached in (parts.legal_moves, parts._truth_squares):
+            getattr(cached, "cache_clear", lambda: None)()
         start = time.perf_counter()
         for sample, text in rows:
             reward(sample, text)
@@ -113,7 +113,12 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8, help="completions per position")
     ap.add_argument("--repeats", type=int, default=3, help="passes; the best is reported")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-cache", action="store_true",
+                    help="the parts' caches off: legal moves and truth squares per call")
     args = ap.parse_args()
+    if args.no_cache:
+        parts.legal_moves = parts.legal_moves.__wrapped__
+        parts._truth_squares = parts._squares
     rng = random.Random(args.seed)
     policy, env = make_samples(random_positions(args.positions, rng), rng)
     rewards = {
@@ -125,7 +130,7 @@ def main() -> None:
                                                      500).at(250),
     }
     print(f"{args.positions} positions per task x {args.group} completions, "
-          f"best of {args.repeats}, one thread")
+          f"best of {args.repeats}, one thread, parts' caches {'off' if args.no_cache else 'on'}")
     print(f"{'option':26s} {'P compl/s':>10s} {'A compl/s':>10s}")
     rows_p, rows_a = workload(policy, args.group, rng), workload(env, args.group, rng)
     for name, reward in rewards.items():

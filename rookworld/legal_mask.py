@@ -11,14 +11,15 @@ leaves its row free.
 Tokens are matched by their text (each vocabulary id decoded alone), so a BPE token may
 hold several characters, a leading space, or straddle "B:" and the move: a token that
 puts "B:" into the text is allowed only when what follows "B:" in it is such a prefix.
-The per-tokenizer tables (`TokenIndex`) are built once and cached; so is each position's
-prefix tree of legal moves, with every node's allowed ids computed on first visit.
+The per-tokenizer tables (`TokenIndex`) are built once and cached; a batch builds each of
+its positions' prefix trees of legal moves once, every node's allowed ids computed on first
+visit. Trees are not kept between batches: building them is a small part of a masked
+pass (benchmarks/README.md, on/off figures).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 import chess
 import torch
@@ -29,7 +30,6 @@ __all__ = ["LegalMoveConstraint", "TokenIndex", "legal_move_constraint", "token_
 FIELD = "B:"
 MOVE_CHARS = frozenset(" abcdefgh12345678qrbn")  # " " + a UCI move
 MAX_MOVE_TEXT = 6  # " " + from square, to square, promotion piece
-TRIES_KEPT = 4096  # positions whose prefix trees a TokenIndex keeps
 
 
 class Node:
@@ -90,14 +90,9 @@ class TokenIndex:
                 self.inside.append((i, text[k + 2:]))
             if text.startswith(":") and text[1:]:
                 self.after_colon.append((i, text[1:]))
-        self._tries: OrderedDict[str, Root | None] = OrderedDict()
 
     def trie(self, fen: str) -> Root | None:
         """The prefix tree of " " + each legal move of `fen` (None: no legal move)."""
-        root = self._tries.get(fen, False)
-        if root is not False:
-            self._tries.move_to_end(fen)
-            return root
         try:
             board = chess.Board(fen)
         except ValueError as e:
@@ -113,9 +108,6 @@ class TokenIndex:
                 node.terminal = True
             root.banned_inside = self._banned(root, self.inside)
             root.banned_after_b = self._banned(root, self.after_colon)
-        self._tries[fen] = root
-        if len(self._tries) > TRIES_KEPT:
-            self._tries.popitem(last=False)
         return root
 
     def allowed(self, node: Node) -> Tensor:
@@ -158,8 +150,9 @@ class LegalMoveConstraint:
         self.index, self.eos_id = index, eos_id
         self.before: dict[int, tuple[Root, str]] = {}  # row -> (tree, last character)
         self.field: dict[int, Node] = {}  # row -> node of the text after "B:"
+        trees = {fen: index.trie(fen) for fen in set(fens) if fen is not None}
         for row, fen in enumerate(fens):
-            root = index.trie(fen) if fen is not None else None
+            root = trees.get(fen)
             if root is not None:
                 self.before[row] = (root, "")
         self.checks_before = bool(index.inside or index.after_colon)
