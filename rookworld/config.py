@@ -151,6 +151,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("task_mix=games scores whole games with its own per-game advantages; "
                           "a critic (algorithm=ppo) does not apply to them: use a GRPO "
                           "algorithm with task_mix=games")
+    if critic is not None and cfg.get("zero_variance") == "drop":
+        raise ConfigError("zero_variance=drop leaves out groups whose advantages are all 0; "
+                          "a critic's (algorithm=ppo) come from its values, not the group: "
+                          "set zero_variance=keep")
     if critic is not None and world > 1:
         raise ConfigError("algorithm.critic (PPO) runs in one process; run it without torchrun")
     if world > 1 and prompts_per_step(cfg) % world:

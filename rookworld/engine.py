@@ -174,8 +174,10 @@ class GRPOEngine:
         loss_adv = self.move_credit(adv, rows, texts, r, self.G, step) \
             if self.move_credit else adv
         loss_mask = r.completion_mask.float()
-        if self.settings.zero_variance == "drop":
-            loss_mask = loss_mask * (~zero).repeat_interleave(self.G).float()[:, None].to(
+        silent = None
+        if self.settings.zero_variance == "drop":  # groups whose advantages are all 0
+            silent = grpo.silent_groups(loss_adv, self.G)
+            loss_mask = loss_mask * (~silent).repeat_interleave(self.G).float()[:, None].to(
                 self.device)
         ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
         values = returns = None
@@ -183,6 +185,8 @@ class GRPOEngine:
             loss_adv, values, returns, critic_m = self.gae(r, rewards, loss_mask, ref_lp, step)
         t3 = time.perf_counter()
         m = rollout_metrics(rows, texts, scored, rewards, adv, zero, r, self.G)
+        if silent is not None:
+            m["groups/dropped_share"] = float(silent.float().mean())
         if self.critic:
             m.update(critic_m)
         m.update({"time/sample_s": t1 - t0, "time/score_s": t2 - t1, "time/ref_s": t3 - t2})
@@ -338,7 +342,7 @@ class GRPOEngine:
 
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()
-        beta = self.kl.coef(step)
+        coef = beta = self.kl.coef(step)
         c = self.algorithm.critic
         if c and c.kl_penalty == "reward":  # the KL was paid in the rewards (`gae`)
             beta = 0.0
@@ -350,7 +354,7 @@ class GRPOEngine:
             b.rollout.tapes = []
         # the first iteration differentiates the policy that sampled: its kept forward
         taped, finals = self._tape_chunks(b)
-        agg, later = defaultdict(float), defaultdict(float)
+        agg, later, values = defaultdict(float), defaultdict(float), defaultdict(float)
         peak, skipped = None, 0
         with mmap_threshold_during(self.update_mmap_kib):
             for it in range(self.algorithm.num_iterations):
@@ -360,22 +364,24 @@ class GRPOEngine:
                 chunks = chunks if policy_moves else []  # taped is [] then too
                 for j, (rows, logits_fn) in enumerate(chunks):
                     w = self._weight(b, rows)
+                    w_tokens = self._weight(b, rows, "token_mean")
                     with self._no_sync(j < len(chunks) - 1):
                         loss, parts = self.chunk_loss(b, rows, beta, logits_fn)
                         (loss * (w * world)).backward()
                     total += float(loss.detach()) * w
                     for k, v in parts.items():
+                        share = w_tokens if grpo.is_token_mean(k) else w
                         if k == RATIO_MAX:  # a maximum over chunks and iterations, not a mean
                             peak = float(v) if peak is None else max(peak, float(v))
                         elif it == 0:
-                            agg[k] += float(v) * w
+                            agg[k] += float(v) * share
                         elif k in grpo.RATIO_STATS:  # measured after the policy moved: not all 1
-                            later[k] += float(v) * w
+                            later[k] += float(v) * share
                 if it == 0 and taped:
                     self._backward_tapes(b, finals)
                     b.rollout.tapes = []  # its memory goes back before any later iteration
-                if self.critic:
-                    total += self._value_backward(b, slices, agg if it == 0 else None)
+                if self.critic:  # its metrics: means over the iterations, as the ratio's
+                    total += self._value_backward(b, slices, values)
                 if self.dist:
                     total = self.dist.sum_floats({"total": total})["total"]
                     if it == 0:
@@ -401,6 +407,7 @@ class GRPOEngine:
                     agg["value/grad_norm"] = self.critic.step()
             self.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while sampling
         done = it + 1  # iterations whose ratio stats were gathered
+        agg.update({k: v / done for k, v in values.items()})
         if done > 1:  # ratio and clip stats: the mean over every iteration, not the first
             if self.dist:
                 later = self.dist.sum_floats(dict(later))
@@ -421,12 +428,14 @@ class GRPOEngine:
         if self.critic:  # its schedule, once a step too
             self.critic.end_update(self.nan_lr_backoff if skipped else None)
         if self.ref is not None and "kl/k3" in agg:
-            agg["kl/value"] = agg[f"kl/{self.algorithm.kl_estimator}"]  # the estimator in the loss
+            # the estimator the run pays: the loss's, or k1 when the rewards pay it (`gae`)
+            paid = "k1" if c and c.kl_penalty == "reward" else self.algorithm.kl_estimator
+            agg["kl/value"] = agg[f"kl/{paid}"]
             if not skipped:  # a skipped (non-finite) update says nothing about the KL
                 self.kl.update(agg["kl/value"], step)
         self._maybe_sync_reference(step)
         m = dict(agg)
-        m.update({"kl/coef": beta, "loss/total": total, "optim/grad_norm": grad_norm,
+        m.update({"kl/coef": coef, "loss/total": total, "optim/grad_norm": grad_norm,
                   "optim/lr": lr, "optim/micro_batches": len(slices),
                   "optim/rollout_forward_reused": float(bool(taped)),
                   "guard/nan_skipped": skipped,
@@ -438,10 +447,10 @@ class GRPOEngine:
                                                           1e-12)
         return m
 
-    def _value_backward(self, b: Batch, slices: list[slice], agg: dict | None) -> float:
+    def _value_backward(self, b: Batch, slices: list[slice], agg: dict) -> float:
         """The critic's clipped value loss over the rows' chunks, backward with weight
         vf_coef (into the head, and the shared trunk under kind=head); -> its weighted sum.
-        agg: where the value metrics go (the first iteration's), or None."""
+        agg: the value metrics are added to it (each a token mean over the batch)."""
         c, total = self.algorithm.critic, 0.0
         n_tokens = float(b.loss_mask.sum()) or 1.0
         for rows in slices:
@@ -454,14 +463,14 @@ class GRPOEngine:
             w = float(b.loss_mask[rows].sum()) / n_tokens  # the token mean of the whole batch
             (c.vf_coef * w * loss).backward()
             total += c.vf_coef * w * float(loss.detach())
-            if agg is not None:
-                for k, x in parts.items():
-                    agg[k] += float(x) * w
+            for k, x in parts.items():
+                agg[k] += float(x) * w
         return total
 
-    def _weight(self, b: Batch, rows: slice) -> float:
-        """These rows' share of the whole step's loss (over every rank)."""
-        return grpo.chunk_weight(self.algorithm.loss.agg_mode, b.loss_mask[rows],
+    def _weight(self, b: Batch, rows: slice, agg_mode: str | None = None) -> float:
+        """These rows' share of the whole step's loss (over every rank), or of a mean by
+        `agg_mode` (token_mean: of its real tokens)."""
+        return grpo.chunk_weight(agg_mode or self.algorithm.loss.agg_mode, b.loss_mask[rows],
                                  b.norm_tokens or float(b.loss_mask.sum()),
                                  b.norm_rows or grpo.rows_in_batch(b.loss_mask))
 

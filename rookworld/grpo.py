@@ -259,6 +259,17 @@ def zero_variance_groups(rewards: Tensor, group_size: int, tol: float = 0.0) -> 
     return (r.amax(dim=1) - r.amin(dim=1)) <= tol
 
 
+def silent_groups(advantages: Tensor, group_size: int) -> Tensor:
+    """advantages [N] or [N, T] (per token) -> bool [N // G]: True where every advantage of
+    a group's rows is 0, so its rows give the policy loss no gradient (what
+    `zero_variance=drop` drops: a group of equal rewards still moves the policy under a
+    running baseline or through its move slots)."""
+    n = advantages.shape[0]
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} rows do not split into groups of {group_size}")
+    return advantages.reshape(n // group_size, -1).eq(0).all(-1)
+
+
 class GroupAdvantage:
     """Advantages from rewards, per group of G completions of one prompt.
 
@@ -328,6 +339,13 @@ def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
 # construction)
 RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_mean",
                "policy/ratio_max")
+
+
+def is_token_mean(metric: str) -> bool:
+    """Whether `compute_loss` measures this metric as a mean over real tokens (the KL
+    estimates, the clip fractions, the mean ratio) whatever the loss's agg_mode: chunks
+    combine it by their share of tokens."""
+    return metric.startswith("kl/") or metric in RATIO_STATS[:3]
 
 
 def clip_stats(ratio: Tensor, adv: Tensor, mask: Tensor, clip_low: float,

@@ -50,6 +50,7 @@ REWARD = Panel("Training reward per task (sampled; greedy where named)", "mean r
     ("filter/greedy_reward_kept", "trained prompts, greedy")))
 SIGNAL = Panel("Groups without signal", "share of groups", (
     ("groups/zero_variance_share", "all rewards equal"),
+    ("groups/dropped_share", "dropped (zero_variance=drop)"),
     ("groups/identical_share", "identical completions")), share=True)
 KL = Panel("KL to the reference", "nats per token", (
     ("kl/k1", "k1"), ("kl/k2", "k2"), ("kl/k3", "k3"), ("kl/full_forward", "full forward"),

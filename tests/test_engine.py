@@ -377,3 +377,43 @@ def test_no_reference_is_loaded_when_neither_the_kl_term_nor_the_guard_reads_one
         cfg = compose(tiny_overrides + extra)
         engine = build_engine(cfg, build_parts(cfg), LengthReward())
         assert (engine.ref is not None) == loaded, extra
+
+
+def test_token_mean_metrics_do_not_depend_on_the_update_chunks(tiny_overrides):
+    """The KL estimates, clip fractions and mean ratio are token means whatever the loss's
+    agg_mode: chunks of rows of different lengths combine them by their share of tokens, so
+    one row a chunk reads what the whole batch at once does (the KL guard and the adaptive
+    KL controller read them)."""
+    keys = ("kl/k1", "kl/k3", "kl/value", "policy/ratio_mean", "policy/clip_frac_low",
+            "policy/clip_frac_high")
+    runs = [_two_steps(tiny_overrides + [f"micro_batch={micro}", "optim.lr=5e-2",
+                                         "algorithm.num_iterations=2"],
+                       lambda batch, m: (batch.loss_mask.sum(-1).tolist(),
+                                         [m[k] for k in keys]))
+            for micro in ("0", "1")]
+    (lengths, whole), (_, rows) = runs[0][1], runs[1][1]
+    assert len(set(lengths)) > 1  # rows of different lengths: row and token shares differ
+    assert whole[0] > 1e-3  # the first update moved the policy off the reference
+    assert rows == pytest.approx(whole, rel=1e-4, abs=1e-6)
+
+
+def test_a_critics_value_metrics_cover_every_iteration_and_kl_coef_is_the_runs(
+        tiny_overrides):
+    """With num_iterations > 1 the value clip fraction is the mean over the iterations (the
+    first alone always reads 0: the critic has not moved); under kl_penalty=reward the
+    logged coefficient is the one the rewards pay and kl/value is k1, the estimator they
+    pay."""
+    from rookworld.data.load import read_samples
+
+    cfg = compose(tiny_overrides + ["algorithm=ppo", "algorithm.num_iterations=4",
+                                    "algorithm.critic.lr=5e-2", "algorithm.critic.warmup_steps=0",
+                                    "algorithm.critic.kl_penalty=reward", "kl=fixed",
+                                    "kl.beta=0.5", "sampler.temperature=1.5"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    m = engine.update(engine.rollout(parts.task_mix.draw(pools, 4, 0, 0), 0), 0)
+    assert m["value/clip_frac"] > 0
+    assert m["kl/coef"] == 0.5
+    assert m["kl/value"] == m["kl/k1"]

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from test_grpo_estimators import M, X  # the aggregators' hand-checked tensors
 
+from rookworld.advantages import RunningAdvantage
 from rookworld.grpo import (
     Algorithm,
     GroupAdvantage,
@@ -18,6 +19,7 @@ from rookworld.grpo import (
     aggregate,
     group_advantages,
     policy_loss,
+    silent_groups,
     zero_variance_groups,
 )
 
@@ -92,6 +94,20 @@ def test_group_advantage_class_and_validation():
         group_advantages(R, 3)
     with pytest.raises(ValueError, match="group_size"):
         group_advantages(R, 1)
+
+
+def test_silent_groups_are_those_whose_advantages_are_all_zero():
+    seq = torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0])
+    assert silent_groups(seq, 2).tolist() == [True, False, True]
+    per_token = torch.zeros(6, 3)
+    per_token[5, 2] = 0.7  # a move slot's advantage in a group of equal rewards
+    assert silent_groups(per_token, 2).tolist() == [True, True, False]
+    # a running baseline gives a group of equal rewards advantages: not silent
+    ema = RunningAdvantage(baseline="ema", scale="none", per_task=False)
+    ema(torch.tensor([0.0, 0.0, 1.0, 1.0]), 2)
+    adv = ema(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2)
+    assert zero_variance_groups(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2).tolist() == [True, False]
+    assert silent_groups(adv, 2).tolist() == [False, False]
 
 
 def test_zero_variance_groups():

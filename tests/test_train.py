@@ -68,6 +68,7 @@ BAD = [
     (["kl.beta=-1"], "kl.beta"),
     (["reference.enabled=false"], "reference.enabled"),
     (["zero_variance=sometimes"], "zero_variance"),
+    (["algorithm=ppo", "zero_variance=drop"], "zero_variance=drop"),
     (["algorithm.kl_estimator=k9"], "algorithm.kl_estimator"),
     (["guard.kl.estimator=full_reverse"], "guard.kl.estimator=full_reverse needs both models"),
 ]
