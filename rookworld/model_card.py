@@ -285,10 +285,10 @@ the whole held-out split, and rook_val_500 when present) prints the figures belo
 
 Metric meanings (docs/formats.md): format = completion well-formed; legal = share of the
 distinct listed moves that are legal; best_legal = best move legal; best = best move equals
-the engine's; top5 = share of listed moves among the engine's top 5; eval_error = mean
-absolute eval error in pawns on matched moves (capped); A exact = whole completion equals
-the oracle's; fen_exact = next FEN exact; fen_similarity = per-square agreement; flags =
-terminated and truncated both right.
+the engine's; top5 = |listed and engine moves| / max(|listed|, |engine moves|); eval_error =
+mean absolute eval error in pawns on matched moves (capped); A exact = whole completion
+equals the oracle's; fen_exact = next FEN exact; fen_similarity = (share of squares right +
+share of the 5 other FEN fields right) / 2; flags = terminated and truncated both right.
 """
 
 

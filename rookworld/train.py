@@ -110,7 +110,8 @@ def build_parts(cfg: DictConfig) -> Parts:
     kl = instantiate(cfg.kl)
     if kl.needs_reference and not cfg.reference.enabled:
         raise ConfigError(f"kl={type(kl).__name__} needs a reference model but "
-                          "reference.enabled=false; set reference.enabled=true or kl=none")
+                          "reference.enabled=false; set reference.enabled=true, or kl=none "
+                          "guard.kl=null (the KL guard reads the reference too)")
     g = cfg.guard
     try:
         strength = settings_from(cfg.strength) if cfg.get("strength") else None

@@ -129,7 +129,7 @@ def test_bad_config_names_the_key_before_any_model(overrides, key, tiny_override
 
 
 def test_the_reference_conflict_message_says_how_to_fix(tiny_overrides):
-    with pytest.raises(ConfigError, match="set reference.enabled=true or kl=none"):
+    with pytest.raises(ConfigError, match="set reference.enabled=true, or kl=none guard.kl=null"):
         build_parts(compose(tiny_overrides + ["kl=fixed", "reference.enabled=false"]))
 
 

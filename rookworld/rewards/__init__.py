@@ -4,7 +4,8 @@
     reward=binary      binary.BinaryReward          +1 fully right, -1 otherwise
     reward=graduated   graduated.GraduatedReward    partial-credit ladder
     reward=continuous  continuous.ContinuousReward  the same parts, linearly
-    reward=engine      engine.EngineReward          P scored by the engine pool
+    reward=legal_moves continuous.ContinuousReward  P weighted on legality only (default)
+    reward=engine      stockfish.EngineReward       P scored by the engine pool
     reward=graduated_curriculum  curriculum.CurriculumReward  graduated -> binary
 
 The measured parts (parts.py) are shared with the evaluator.
