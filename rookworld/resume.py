@@ -51,6 +51,23 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
     return old, run_dir
 
 
+def refuse_to_overwrite(run_dir: Path) -> None:
+    """Raise ConfigError when run_dir already holds a run's results (a checkpoint,
+    outcome.json, logged metrics): a new run there would cut them back. The message names
+    what is there and `resume=`, which continues it (or restarts a run that has no
+    checkpoint yet)."""
+    run_dir = Path(run_dir)
+    held = [name for name, there in (
+        ("checkpoints", any((run_dir / "checkpoints").glob("step-*"))),
+        ("outcome.json", (run_dir / "outcome.json").exists()),
+        ("metrics.jsonl", (run_dir / "metrics.jsonl").is_file()
+         and (run_dir / "metrics.jsonl").stat().st_size > 0)) if there]
+    if held:
+        raise ConfigError(f"{run_dir} already holds a run ({', '.join(held)}); a new run there "
+                          f"would overwrite it. Continue it with resume={run_dir}, or choose "
+                          "another hydra.run.dir (nothing was changed)")
+
+
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:
     """outcome.json of a run that already succeeded through `steps` steps, else None."""
     try:

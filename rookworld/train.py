@@ -50,7 +50,7 @@ from .memory import peak_memory_mb
 from .optim import AdamWSpec
 from .prompt_filter import HardestGreedy
 from .redact import redact, redact_config
-from .resume import finished_outcome, resolve_resume
+from .resume import finished_outcome, refuse_to_overwrite, resolve_resume
 from .run_dir import (
     RUN_CONFIG,
     MetricsFile,
@@ -270,6 +270,8 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
     errors before training starts (bad config or data) or, outside sweeps, on error.
     The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
+    if not cfg.resume:
+        refuse_to_overwrite(run_dir)
     parts = build_parts(cfg)
     reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
     try:  # the run owns the reward: closing ends its engine processes, however the run ends

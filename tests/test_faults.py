@@ -235,6 +235,13 @@ def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_override
     assert first.wait(300) == 0
     first.stdout.close()
     before = {p.name: p.read_bytes() for p in (run_dir / "outcome.json", run_dir / "metrics.jsonl")}
+    # the same command again, without resume=: refused before anything is written
+    again = subprocess.run([sys.executable, "-m", "rookworld.train", *tiny_overrides, "steps=2",
+                            f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and "already holds a run" in again.stderr, again.stderr[-2000:]
+    assert f"resume={run_dir}" in again.stderr
+    assert before == {n: (run_dir / n).read_bytes() for n in before}
     for extra in ([], ["steps=1"], ["steps=2"]):
         p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}", *extra],
                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)

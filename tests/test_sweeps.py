@@ -325,3 +325,91 @@ def test_a_dead_trial_whose_job_recorded_its_result_is_completed_with_it(tmp_pat
     trials = optuna.load_study(study_name="s", storage=url).trials
     assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.25), ("FAIL", None),
                                                          ("FAIL", None)]
+    assert trials[2].user_attrs["reason"] == "seed 0: ConfigError: bad"  # its job's own
+
+
+def _sweep_config(url: str, heartbeat_s: float):
+    return OmegaConf.create({"hydra": {"sweeper": {"storage": url, "study_name": "s"}},
+                             "sweep": {"heartbeat_s": heartbeat_s}})
+
+
+def test_a_sweep_process_keeps_the_trials_it_asked_for_alive_until_they_are_told(tmp_path):
+    """A trial whose job has not started (or has ended while the sweeper waits for the rest
+    of its batch) has no job heartbeat: the sweep process that asked for it beats for it,
+    so no worker fails (or completes) it under the sweeper, until the sweeper tells it."""
+    import time
+
+    from rookworld.sweeps.callbacks import fail_stale_trials
+    from rookworld.sweeps.trial import Heartbeat
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    waiting, ended = _running(study, 1e-3), _running(study, 1e-4)
+    for t in (waiting, ended):
+        tag(_sweep_config(url, 0.2), t)
+    with Heartbeat(StudyRef(url, "s"), OmegaConf.create(
+            {"sweep": {"trial": ended.number, "heartbeat_s": 0.1}})):
+        ended.set_user_attr("objective", 0.5)  # its job beat, recorded its result and ended
+    time.sleep(3.0)  # ten beats, and three times the grace period below
+    assert fail_stale_trials(url, "s", only_silent=True, grace_s=1) == []
+    assert [t.state.name for t in study.get_trials()] == ["RUNNING", "RUNNING"]
+    study.tell(ended, 0.5)  # the sweeper reports it: no error, and it keeps its value
+    study.tell(waiting, 0.1)
+    assert [t.value for t in study.get_trials()] == [0.1, 0.5]
+
+
+def test_the_trials_of_a_dead_sweep_process_fail_even_before_their_jobs_start(tmp_path):
+    """A sweep process that asked for a trial and died before its job began (a queued
+    cluster job, a batch run one job at a time) leaves a heartbeat that stops: the trial
+    fails after the grace period instead of staying RUNNING for ever."""
+    import subprocess
+    import sys
+    import time
+
+    from rookworld.sweeps.callbacks import STALE_REASON, fail_stale_trials
+    url = f"sqlite:///{tmp_path}/s.db"
+    optuna.create_study(study_name="s", storage=url, direction="maximize")
+    driver = (
+        "import optuna, sys\n"
+        "from omegaconf import OmegaConf\n"
+        "from rookworld.sweeps.trial import tag\n"
+        "url = sys.argv[1]\n"
+        "study = optuna.load_study(study_name='s', storage=url)\n"
+        "cfg = OmegaConf.create({'hydra': {'sweeper': {'storage': url}},\n"
+        "                        'sweep': {'heartbeat_s': 0.2}})\n"
+        "tag(cfg, study.ask())\n")
+    subprocess.run([sys.executable, "-c", driver, url], check=True, timeout=120)
+    time.sleep(2.0)
+    assert fail_stale_trials(url, "s", only_silent=True, grace_s=1) == [0]
+    trial = optuna.load_study(study_name="s", storage=url).trials[0]
+    assert trial.state.name == "FAIL" and trial.user_attrs["reason"] == STALE_REASON
+
+
+def test_a_second_sweep_process_on_a_sqlite_study_stops_before_touching_it(tmp_path):
+    """SQLite serves one sweep process at a time, and a start fails every RUNNING trial as
+    dead: a second process started while the first lives stops with a message instead,
+    and the first one's trial stays RUNNING; once the first has ended, a start goes on."""
+    import subprocess
+    import sys
+
+    from rookworld.sweeps.callbacks import FailStaleTrials
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    _running(study, 1e-3)
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from rookworld.sweeps.storage import hold_sqlite_study\n"
+         "hold_sqlite_study(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(db)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        config = _study_config(url, grace_s=1)
+        with pytest.raises(SystemExit, match="another sweep process is running"):
+            FailStaleTrials().on_multirun_start(config)
+        assert [t.state.name for t in study.get_trials()] == ["RUNNING"]
+    finally:
+        first.kill()
+        first.wait()
+    FailStaleTrials().on_multirun_start(config)  # the first process is gone: its trial is dead
+    FailStaleTrials().on_multirun_end(config)
+    assert [t.state.name for t in study.get_trials()] == ["FAIL"]

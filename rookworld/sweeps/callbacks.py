@@ -33,7 +33,14 @@ import optuna
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .storage import GRACE_S, open_storage, study_lock
+from .storage import (
+    GRACE_S,
+    StudyInUse,
+    hold_sqlite_study,
+    open_storage,
+    release_sqlite_study,
+    study_lock,
+)
 
 STALE_REASON = ("its process ended without reporting a result (killed or crashed hard); "
                 "marked FAIL by a later start of the sweep or by a worker still running")
@@ -69,8 +76,9 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
                     storage.set_trial_state_values(trial_id, optuna.trial.TrialState.COMPLETE,
                                                    [float(done["objective"])])
                     continue
-                storage.set_trial_system_attr(trial_id, "fail_reason", STALE_REASON)
-                storage.set_trial_user_attr(trial_id, "reason", STALE_REASON)
+                reason = done.get("reason") or STALE_REASON  # a failed job's own, if recorded
+                storage.set_trial_system_attr(trial_id, "fail_reason", reason)
+                storage.set_trial_user_attr(trial_id, "reason", reason)
                 if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
                     failed.append(storage.get_trial_number_from_id(trial_id))
             except optuna.exceptions.UpdateFinishedTrialError:
@@ -83,10 +91,23 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
 class FailStaleTrials(Callback):
     """hydra.callbacks entry: dead RUNNING trials become FAIL at every start of a sweep
     (every RUNNING trial on SQLite, the silent ones elsewhere) and before each of its
-    trials (the silent ones), after sweep.grace_s seconds without a heartbeat."""
+    trials (the silent ones), after sweep.grace_s seconds without a heartbeat. On SQLite
+    the sweep process holds the study for its lifetime (`hold_sqlite_study`): a second one
+    started on it stops with a message, before it could fail the first one's live trials."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        url = OmegaConf.select(config, "hydra.sweeper.storage")
+        if url and str(url).startswith("sqlite:///"):
+            try:
+                hold_sqlite_study(str(url)[len("sqlite:///"):])
+            except StudyInUse as e:  # Hydra turns a callback's Exception into a warning
+                raise SystemExit(f"rookworld: {e}") from None
         _fail_stale(config, only_silent=None)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        url = OmegaConf.select(config, "hydra.sweeper.storage")
+        if url and str(url).startswith("sqlite:///"):
+            release_sqlite_study(str(url)[len("sqlite:///"):])
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         _fail_stale(config, only_silent=True)

@@ -64,6 +64,46 @@ def study_lock(storage: optuna.storages.RDBStorage, study_name: str) -> Iterator
             conn.commit()
 
 
+_HELD: dict[str, int] = {}  # SQLite database path -> this process's open lock file
+
+
+class StudyInUse(RuntimeError):
+    """Another live sweep process holds this SQLite study."""
+
+
+def hold_sqlite_study(db_path: str) -> None:
+    """Take `<db_path>.lock` for this process (an exclusive flock, which the kernel releases
+    when the process ends, however it ends): SQLite serves one sweep process at a time, and
+    a start of the sweep fails every RUNNING trial as dead, which is only right when no other
+    sweep process is alive. Raises StudyInUse when another process holds it."""
+    import fcntl
+    import os
+
+    path = str(Path(db_path).resolve())
+    if path in _HELD:
+        return
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StudyInUse(
+            f"another sweep process is running on the SQLite study {path} (it holds "
+            f"{path}.lock): SQLite serves one sweep process at a time. Wait for it to end, "
+            "or give every worker a PostgreSQL study (sweep.storage=postgresql+psycopg://..., "
+            "docs/guides/sweeps.md)") from None
+    _HELD[path] = fd
+
+
+def release_sqlite_study(db_path: str) -> None:
+    """Give back what hold_sqlite_study took (nothing when this process holds nothing)."""
+    import os
+
+    fd = _HELD.pop(str(Path(db_path).resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def study_storage(storage: str | None, study_name: str) -> str:
     """${study_storage:${sweep.storage},${hydra.sweeper.study_name}}: the sweeper's storage.
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -50,11 +51,66 @@ from .storage import HEARTBEAT_S, open_storage
 TRIAL_KEY = "sweep.trial"  # the fixed parameter carrying the Optuna trial number into the job
 
 
-def tag(config: DictConfig, trial: optuna.trial.Trial) -> None:
-    """Sweeper `custom_search_space` hook: pass the trial number to the job as the
-    single-valued parameter `sweep.trial` (the sampler never sees it), so the job finds
-    its own trial unambiguously and its output directory is named after it."""
+def tag(config: DictConfig | None, trial: optuna.trial.Trial) -> None:
+    """Sweeper `custom_search_space` hook, run by the sweep process as it asks each trial:
+    pass the trial number to the job as the single-valued parameter `sweep.trial` (the
+    sampler never sees it), so the job finds its own trial unambiguously and its output
+    directory is named after it; and keep the trial's heartbeat from this process until the
+    trial is told (`AskedTrials`)."""
     trial.suggest_int(TRIAL_KEY, trial.number, trial.number)
+    url = OmegaConf.select(config, "hydra.sweeper.storage") if config is not None else None
+    if url:
+        interval = float(OmegaConf.select(config, "sweep.heartbeat_s", default=HEARTBEAT_S))
+        asked_trials(str(url), interval).add(trial.study.study_name, trial.number)
+
+
+class AskedTrials:
+    """The sweep process's heartbeat for every trial it asked for, until the trial is told
+    (COMPLETE or FAIL): a trial whose job has not started yet (queued behind others, or on a
+    cluster) or has ended while the sweeper waits for the rest of its batch stays alive
+    while this process lives, and falls silent when it dies, so that the stale-trial checks
+    (rookworld.sweeps.callbacks) fail exactly the trials of dead processes. The first beat
+    is recorded as the trial is asked; a daemon thread with its own connection beats every
+    interval_s seconds."""
+
+    def __init__(self, url: str, interval_s: float):
+        self.storage = open_storage(url)
+        self.interval_s = interval_s
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._beat, name="asked-trials-heartbeat", daemon=True).start()
+
+    def add(self, study_name: str, number: int) -> None:
+        study_id = self.storage.get_study_id_from_name(study_name)
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        self.storage.record_heartbeat(trial_id)
+        with self.lock:
+            self.ids.add(trial_id)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(self.interval_s)
+            with self.lock:
+                ids = list(self.ids)
+            for trial_id in ids:
+                try:
+                    if self.storage.get_trial(trial_id).state.is_finished():
+                        with self.lock:
+                            self.ids.discard(trial_id)
+                    else:
+                        self.storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001,S112 - a missed beat; the next one retries
+                    continue
+
+
+_ASKED: dict[str, AskedTrials] = {}
+
+
+def asked_trials(url: str, interval_s: float) -> AskedTrials:
+    """This process's `AskedTrials` for the storage at `url` (one thread per storage)."""
+    if url not in _ASKED:
+        _ASKED[url] = AskedTrials(url, interval_s)
+    return _ASKED[url]
 
 
 @dataclass(frozen=True)
@@ -160,7 +216,6 @@ def exit_with_parent() -> None:
     launcher) or started by submitit are not children of this kind and keep running."""
     import multiprocessing
     import os
-    import time
 
     global _WATCHING
     parent = multiprocessing.parent_process()
