@@ -112,10 +112,12 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
-    except OSError as e:  # a full disk, a file size limit: no half checkpoint stays behind
+    except Exception as e:  # noqa: BLE001 - a full disk, a file size limit: torch and
+        # safetensors raise their own errors for them (RuntimeError, SafetensorError)
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
-            f"writing checkpoint {final.name} into {root} failed ({e.strerror or e}); its "
+            f"writing checkpoint {final.name} into {root} failed "
+            f"({getattr(e, 'strerror', None) or e}); its "
             "temporary directory was removed and the earlier checkpoints are intact. Free "
             f"space, then continue with resume={Path(run_dir).resolve()}") from e
     old = root / f".old-step-{next_step:06d}"
@@ -265,14 +267,21 @@ class MetricsFile:
             os.fsync(f.fileno())
 
     def read(self) -> list[dict]:
+        """The rows; a torn last line (a kill mid-write) is skipped, while a line that is
+        not JSON anywhere else (the file was damaged) is an error naming it."""
         if not self.path.exists():
             return []
         rows = []
-        for n, line in enumerate(self.path.read_text().splitlines(), 1):
+        lines = self.path.read_text().splitlines()
+        for n, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a kill
-                continue
+            except json.JSONDecodeError:
+                if n == len(lines):  # a line cut short by a kill
+                    continue
+                raise ValueError(f"{self.path}, line {n}: not JSON, and not the last line a "
+                                 f"kill could have cut short: {line[:80]!r}; repair or remove "
+                                 "that line, then run again") from None
             if not isinstance(row, dict) or not isinstance(row.get("step", -1), int):
                 raise ValueError(f"{self.path}, line {n}: not a metrics row (a JSON object "
                                  f"with an integer step): {line[:80]!r}")

@@ -53,6 +53,7 @@ from .redact import redact, redact_config
 from .resume import finished_outcome, refuse_to_overwrite, resolve_resume
 from .run_dir import (
     RUN_CONFIG,
+    CheckpointError,
     MetricsFile,
     RunLock,
     ensure_writable,
@@ -182,16 +183,24 @@ def evaluate(engine, evaluator, cfg, loggers, metrics_file, step: int,
     return m, values
 
 
+def _evaluation(row: dict | None) -> dict | None:
+    """An evaluation's metrics from its metrics.jsonl row (without the row's step)."""
+    return None if row is None else {k: v for k, v in row.items() if k != "step"}
+
+
 def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                suite: StrengthSuite | None = None) -> tuple:
     main = engine.dist is None or engine.dist.is_main  # DDP: rank 0 logs, evaluates, saves
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     samples_file = MetricsFile(run_dir / EVAL_SAMPLES)
-    start, first_eval, baseline = 0, None, None
+    start, first_eval, baseline, last_eval = 0, None, None, None
     ckpt = latest_checkpoint(run_dir) if cfg.resume else None
     if ckpt:
         state = load_checkpoint(ckpt, engine)
         start = state["next_step"]
+        if start > cfg.steps:
+            raise ConfigError(f"resume: the run's newest checkpoint ({ckpt.name}) is past "
+                              f"steps={cfg.steps}; pass steps={start} or more")
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])
@@ -200,13 +209,19 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                   f"{state['cpu_matmul']}; it continues with that (not "
                   f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
             runtime.use_cpu_matmul(state["cpu_matmul"])
-        if main:
-            metrics_file.truncate_to(start)
-            samples_file.truncate_to(start)
-            for lg in loggers:
-                if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
-                    lg.resume_at(start)
-        first_eval = next((r for r in metrics_file.read() if "eval/reward" in r), None)
+        try:
+            if main:
+                metrics_file.truncate_to(start)
+                samples_file.truncate_to(start)
+                for lg in loggers:
+                    if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
+                        lg.resume_at(start)
+            evals = [r for r in metrics_file.read() if "eval/reward" in r]
+        except ValueError as e:  # a damaged line: named, and the file left as it is
+            raise ConfigError(f"resume: {e}") from None
+        first_eval = _evaluation(next(iter(evals), None))
+        # the newest evaluation so far: the final one when the checkpoint is the last step
+        last_eval = _evaluation(next((r for r in reversed(evals) if r["step"] >= 0), None))
         baseline = next((r["values"] for r in samples_file.read() if r["step"] < 0), None)
     elif main:  # a fresh start (or a run killed before its first checkpoint): no old rows
         metrics_file.truncate_to(-1)
@@ -219,7 +234,7 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
     if main:  # the process-wide choices this run trains under (a resume: its own again)
         atomic_write_text(run_dir / RUNTIME_FILE, json.dumps(runtime.describe(), indent=1))
     metrics_file = metrics_file if main else None
-    last_eval, n_prompts = first_eval, prompts_per_step(cfg)
+    last_eval, n_prompts = last_eval or first_eval, prompts_per_step(cfg)
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         games = isinstance(p.task_mix, Games)  # episodes: whole games from start positions
@@ -321,7 +336,10 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
                 parts.task_mix.close()
     except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
         # the outcome carries the steps done and the evaluations that exist
-        rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
+        try:
+            rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
+        except ValueError:  # a damaged file: the outcome goes without its rows
+            rows = []
         done = 1 + max((r["step"] for r in rows if "reward/mean" in r
                         and isinstance(r.get("step"), int)), default=-1)
         evals = [r for r in rows if "eval/reward" in r]
@@ -430,6 +448,10 @@ def main(cfg: DictConfig) -> float:
         if multirun:
             raise
         _config_exit(e)
+    except CheckpointError as e:  # a full disk: what to do, without a traceback
+        if multirun:
+            raise
+        sys.exit(f"rookworld: {e}")
     if not multirun and result.outcome.status != "success":
         sys.exit(EXIT_CODES[result.outcome.status])
     return result.objective

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from test_faults_checkpoint import CORRUPTIONS
 
-from rookworld.config import compose
+from rookworld.config import ConfigError, compose
 from rookworld.run_dir import LATEST, CheckpointError, MetricsFile, latest_checkpoint
 from rookworld.train import build_engine, build_parts, resolve_resume, run
 
@@ -349,3 +349,76 @@ def test_a_run_saved_by_an_older_layout_is_refused_with_a_clear_message(tiny_ove
 
     with pytest.raises(ConfigError, match="saved by an older rookworld"):
         resolve_resume(compose(args), args)
+
+
+FILE_LIMIT = """
+import resource, sys
+from rookworld.config import compose
+from rookworld.run_dir import CheckpointError, latest_checkpoint, save_checkpoint
+from rookworld.train import build_engine, build_parts
+from test_engine import LengthReward
+run_dir = sys.argv[1]
+cfg = compose(sys.argv[2:])
+engine = build_engine(cfg, build_parts(cfg), LengthReward())
+save_checkpoint(run_dir, 1, engine, {})
+resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.RLIM_INFINITY))  # the disk fills
+try:
+    save_checkpoint(run_dir, 2, engine, {})
+except CheckpointError as e:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print("CheckpointError:", e)
+    print("latest:", latest_checkpoint(run_dir).name)
+"""
+
+
+def test_a_file_size_limit_while_checkpointing_is_a_checkpoint_error(tiny_overrides, tmp_path):
+    """A real file size limit (RLIMIT_FSIZE: writes past it fail with EFBIG, as on a full
+    disk) makes torch and safetensors raise their own errors: the save still ends in a
+    CheckpointError that says to resume, and leaves no temporary directory behind."""
+    p = subprocess.run([sys.executable, "-c", FILE_LIMIT, str(tmp_path), *tiny_overrides],
+                       cwd=Path(__file__).parent, env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "CheckpointError: writing checkpoint step-000002" in p.stdout, p.stdout
+    assert f"resume={tmp_path.resolve()}" in p.stdout and "latest: step-000001" in p.stdout
+    assert sorted(x.name for x in (tmp_path / "checkpoints").iterdir()) \
+        == [LATEST, "step-000001"]
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_own_final_evaluation(
+        tiny_overrides, tmp_path):
+    """Killed between its last checkpoint and its outcome: a resume has no step left, and
+    records the final evaluation the run logged (not its start evaluation); a resume asked
+    for fewer steps than the checkpoint holds is refused."""
+    cfg = compose(tiny_overrides + ["steps=2", "optim.lr=5e-2"])
+    _save_run_config(cfg, tmp_path)
+    assert run(cfg, tmp_path).outcome.status == "success"
+    final = json.loads((tmp_path / "outcome.json").read_text())["final_eval"]
+    for name in ("outcome.json", "eval_before_after.md"):  # what the kill kept from being
+        (tmp_path / name).unlink()
+    args = tiny_overrides + [f"resume={tmp_path}"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    result = run(resumed, run_dir)
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert result.outcome.status == "success" and outcome["final_eval"] == final
+    assert outcome["final_eval"] != outcome["initial_eval"]
+    (tmp_path / "outcome.json").unlink()
+    args = tiny_overrides + [f"resume={tmp_path}", "steps=1"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    with pytest.raises(ConfigError, match="step-000002.*pass steps=2 or more"):
+        run(resumed, run_dir)
+
+
+def test_a_resume_names_a_damaged_metrics_line_and_keeps_the_file(tiny_overrides, tmp_path):
+    cfg = compose(tiny_overrides + ["steps=2", "checkpoint_every=1"])
+    _save_run_config(cfg, tmp_path)
+    assert run(cfg, tmp_path).outcome.status == "success"
+    (tmp_path / "outcome.json").unlink()
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("X" + path.read_text())  # the start evaluation's row damaged on disk
+    before = path.read_bytes()
+    args = tiny_overrides + [f"resume={tmp_path}", "steps=3"]
+    resumed, run_dir = resolve_resume(compose(args), args)
+    with pytest.raises(ConfigError, match="metrics.jsonl, line 1: not JSON"):
+        run(resumed, run_dir)
+    assert path.read_bytes() == before

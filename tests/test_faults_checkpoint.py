@@ -165,3 +165,19 @@ def test_metrics_file_skips_a_torn_last_line_and_truncates_atomically(tmp_path):
     assert [r["step"] for r in mf.read()] == [-1, 0, 1]
     assert mf.path.read_text().endswith("\n") and not list(tmp_path.glob(".*.tmp"))
 
+
+
+def test_a_damaged_metrics_line_before_the_last_is_named_not_dropped(tmp_path):
+    """Only the last line can be torn by a kill: a line that is not JSON earlier in the file
+    (damage on disk) is an error naming the file and line, and a resume's cut-back does not
+    silently delete it."""
+    mf = MetricsFile(tmp_path / "metrics.jsonl")
+    for s in range(-1, 3):
+        mf.append({"step": s, "eval/reward": s / 10})
+    lines = mf.path.read_text().splitlines()
+    lines[0] = "X" + lines[0]
+    mf.path.write_text("\n".join(lines) + "\n")
+    before = mf.path.read_bytes()
+    with pytest.raises(ValueError, match="metrics.jsonl, line 1: not JSON"):
+        mf.truncate_to(1)
+    assert mf.path.read_bytes() == before
