@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,8 +126,13 @@ def validate(cfg: DictConfig) -> None:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")
     fo = cfg.sweep.failed_objective
-    if isinstance(fo, bool) or not isinstance(fo, int | float) or fo != fo:
+    if isinstance(fo, bool) or not isinstance(fo, int | float) or not math.isfinite(fo):
         raise ConfigError(f"sweep.failed_objective must be a finite number, got {fo!r}")
+    beat, grace = (OmegaConf.select(cfg, f"sweep.{k}", default=None)
+                   for k in ("heartbeat_s", "grace_s"))
+    if beat is not None and grace is not None and not 0 < 2 * beat <= grace:
+        raise ConfigError(f"sweep.grace_s={grace} must be at least twice sweep.heartbeat_s="
+                          f"{beat} (> 0): a live trial beats several times within its grace")
     warmup = OmegaConf.select(cfg, "optim.schedule.warmup_steps", default=None)
     if isinstance(warmup, int) and warmup > cfg.steps:
         raise ConfigError(f"optim.schedule.warmup_steps={warmup} is more than steps={cfg.steps}; "

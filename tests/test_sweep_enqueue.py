@@ -136,3 +136,17 @@ def test_a_point_outside_the_search_space_is_named_not_queued():
                                                        dists)
     assert "optim.lr=0.1 lies outside" in outside({"optim.lr": 0.1, "num_generations": 2}, dists)
     assert "every searched parameter" in outside({"optim.lr": 3e-5}, dists)
+
+
+def test_the_command_lines_overrides_shape_the_space_a_point_must_fit():
+    """As the sweeper builds its search space: a range given on the command line replaces
+    the yaml's, and a plain value fixes the parameter, so a queued point that named it is no
+    longer a setting of the search (it would run under the fixed value, not its own)."""
+    from rookworld.sweeps.callbacks import outside, searched_distributions
+    params = {"optim.lr": "tag(log, interval(1e-6, 1e-2))", "num_generations": "choice(2, 4)"}
+    point = {"optim.lr": 3e-5, "num_generations": 4}
+    narrowed = searched_distributions(params, ["optim.lr=tag(log, interval(1e-4, 1e-3))",
+                                               "steps=2"])
+    assert "optim.lr=3e-05 lies outside" in outside(point, narrowed)
+    fixed = searched_distributions(params, ["num_generations=2"])
+    assert set(fixed) == {"optim.lr"} and "every searched parameter" in outside(point, fixed)

@@ -169,6 +169,19 @@ def test_run_trial_replicas_in_seed_dirs_error_becomes_an_outcome(tmp_path):
     assert "bad data" in (tmp_path / "seed-11" / "error.txt").read_text()
 
 
+def test_an_objective_the_final_evaluation_lacks_fails_the_trial_naming_it(tmp_path):
+    """A misspelt sweep.objective (or a strength measure under strength=none) is an error
+    with the reason, not a silent failed_objective on every successful replica."""
+    cfg = compose(["logger=none", "sweep.objective=eval/rewrd"])
+
+    def fake_run(c, run_dir, multirun):
+        return RunResult(Outcome("success", 5), run_dir, {}, {"eval/reward": 0.4}, -1.0)
+
+    with pytest.raises(TrialFailed, match="sweep.objective=eval/rewrd is not a metric"):
+        run_trial(cfg, tmp_path, fake_run, study=None)
+    assert json.loads((tmp_path / "trial.json").read_text())["outcomes"] == ["error"]
+
+
 def test_run_trial_rejects_zero_replicas(tmp_path):
     with pytest.raises(ValueError, match="sweep.replicas"):
         run_trial(compose(["sweep.replicas=0"]), tmp_path, None, None)

@@ -137,12 +137,15 @@ def _same(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) if numbers else a == b
 
 
-def searched_distributions(params) -> dict:
-    """hydra.sweeper.params (name -> the sweeper's override syntax) -> name -> Optuna
-    distribution, as the Optuna sweeper parses them."""
+def searched_distributions(params, overrides=()) -> dict:
+    """hydra.sweeper.params (name -> the sweeper's override syntax) and the command line's
+    overrides after them -> name -> Optuna distribution, as the Optuna sweeper builds its
+    search space: a command-line sweep override replaces a parameter's range, a plain value
+    fixes it (then it is not searched)."""
     from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
-    dists, _, _ = create_params_from_overrides([f"{k}={v}" for k, v in params.items()])
-    return dists
+    dists, fixed, _ = create_params_from_overrides([f"{k}={v}" for k, v in params.items()]
+                                                   + list(overrides))
+    return {k: d for k, d in dists.items() if k not in fixed}
 
 
 def outside(point: dict, dists: dict) -> str:
@@ -191,8 +194,9 @@ class EnqueueTrials(Callback):
     `sweep.enqueue` the study does not hold yet (Optuna's enqueue_trial), so a study
     always holds them, its reference settings among them, whatever the sampler draws. A
     point must set exactly the searched parameters (hydra.sweeper.params), each inside its
-    range; one that does not (a search space changed on the command line) is skipped with
-    a note."""
+    range, the command line's overrides included; one that does not (a search space
+    changed on the command line, a searched parameter fixed there) is skipped with a
+    note."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         sweeper = config.hydra.sweeper
@@ -203,7 +207,8 @@ class EnqueueTrials(Callback):
         direction = sweeper.get("direction") or "minimize"
         directions = [str(d) for d in direction] if OmegaConf.is_list(direction) \
             else [str(direction)]
-        dists = searched_distributions(sweeper.get("params") or {})
+        task = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+        dists = searched_distributions(sweeper.get("params") or {}, list(task))
         kept = []
         for p in points:
             p = OmegaConf.to_container(p, resolve=True)

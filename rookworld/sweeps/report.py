@@ -85,6 +85,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _obj(v: float | None) -> str:
     return "" if v is None else f"{v:.4f}"
 
@@ -139,8 +143,9 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
            f"**Study success rate {_pct(rates['success_rate'])}** "
            f"({rates['success']}/{rates['replicas']} runs), "
            f"**KL-failure rate {_pct(rates['kl_failure_rate'])}** ({rates['kl_failure']}), "
-           f"NaN-failure rate {_pct(rates['nan_failure_rate'])} ({rates['nan_failure']}), "
-           f"error rate {_pct(rates['error_rate'])} ({rates['error']}).", ""]
+           f"NaN-failure rate {_pct(rates['nan_failure_rate'])} ({rates['nan_failure']}); "
+           f"{_count(sum(r.state != 'COMPLETE' for r in rows), 'trial')} did not complete (an "
+           "error or a dead process: listed below, not in these rates).", ""]
     if best:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
         out += [f"Best trial: #{best.number}, objective {_obj(best.value)} "

@@ -179,6 +179,13 @@ def run_replica(cfg: DictConfig, run_dir: Path, run_fn: Callable) -> dict:
         r = run_fn(cfg, run_dir, multirun=True)
         status, step, reason, objective, final = (r.outcome.status, r.outcome.step,
                                                   r.outcome.reason, r.objective, r.final_eval)
+        key = cfg.sweep.objective
+        if status == "success" and key not in final:  # a misspelt key, or a measure not run
+            status, reason = "error", (
+                f"sweep.objective={key} is not a metric of the final evaluation (it has "
+                f"{', '.join(sorted(final)[:8])}, ...); name one of them, or turn on what "
+                "measures it (a strength measure needs strength=fast or full)")
+            print(f"[rookworld] replica seed={cfg.seed}: {reason}", flush=True)
     except Exception as e:  # recorded as the replica's outcome, with its traceback on disk
         (run_dir / "error.txt").write_text(traceback.format_exc())
         status, step, reason, objective, final = "error", -1, f"{type(e).__name__}: {e}", \
