@@ -149,16 +149,82 @@ def device_name(device: torch.device, dtype: torch.dtype | None) -> str:
     return f"{torch.cuda.get_device_name(device)}, {cast}"
 
 
+CHECKPOINT = "checkpoint"  # out_dir/checkpoint: the newest resumable state
+
+
 def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
-    tmp = out / ".checkpoint.tmp"
+    """Write out/checkpoint whole or not at all: built beside it, sealed with a manifest,
+    then swapped in (`run_dir.replace_dir`), so a kill at any moment leaves one whole
+    checkpoint that `resume_state` finds."""
+    import shutil
+
+    from .run_dir import replace_dir, write_manifest
+    tmp = out / f".{CHECKPOINT}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
     save_policy(policy, tmp / "model")
     torch.save({"opt": opt.state_dict(), "step": step, "elapsed": elapsed,
                 "rng": torch.get_rng_state()}, tmp / "state.pt")
-    final = out / "checkpoint"
-    if final.exists():
-        import shutil
-        shutil.rmtree(final)
-    tmp.rename(final)
+    write_manifest(tmp)
+    replace_dir(tmp, out / CHECKPOINT)
+
+
+def resume_state(out: Path, policy, opt) -> tuple[int, float]:
+    """(step, elapsed seconds) of the newest whole checkpoint of out, its weights and
+    optimiser state loaded; (0, 0.0) when there is none. A checkpoint is whole when its
+    files match its manifest (one written before manifests existed is taken as it is);
+    the copies a kill can leave beside out/checkpoint (`.checkpoint.tmp` sealed, or
+    `.checkpoint.old`) count too. Damage, or weights of another shape, end the run with
+    one line naming the file and what to do."""
+    from .run_dir import MANIFEST, load_weights, verify
+    found, problems = [], []
+    for path in (out / CHECKPOINT, out / f".{CHECKPOINT}.tmp", out / f".{CHECKPOINT}.old"):
+        if not (path / "state.pt").is_file():
+            continue
+        sealed = (path / MANIFEST).exists()
+        if path.name.endswith(".tmp") and not sealed:
+            continue  # a save cut short: never whole
+        if sealed and (problem := verify(path)):
+            problems.append(problem)
+            continue
+        try:  # on the CPU first: a GPU's checkpoint resumes on a CPU-only machine too
+            state = torch.load(path / "state.pt", weights_only=True, map_location="cpu")
+        except Exception as e:  # noqa: BLE001 - a damaged file of an unsealed checkpoint
+            problems.append(f"{path / 'state.pt'} cannot be read ({type(e).__name__})")
+            continue
+        found.append((state["step"], path, state))
+    if not found:
+        if problems:
+            raise SystemExit(f"rookworld: pretrain: no checkpoint in {out} can be trusted: "
+                             f"{'; '.join(problems)}. Start over with resume=false or another "
+                             "out_dir")
+        return 0, 0.0
+    step, path, state = max(found, key=lambda f: f[0])
+    try:
+        load_weights(policy.model, path / "model")
+        opt.load_state_dict(state["opt"])
+    except ValueError as e:  # another model shape than the run's
+        raise SystemExit(f"rookworld: pretrain: the checkpoint in {path} does not fit this "
+                         f"model ({e}); resume it with its own model settings, or start over "
+                         "with resume=false or another out_dir") from None
+    torch.set_rng_state(state["rng"])
+    print(f"[rookworld] pretrain: resuming from step {step} ({path})", flush=True)
+    return step, state["elapsed"]
+
+
+def cut_log(path: Path, step: int) -> None:
+    """Keep the log rows of steps up to `step` (the resumed checkpoint's): the rows a killed
+    run wrote after its last checkpoint are trained again, and a torn last line goes."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            keep.append(line + "\n")
+    atomic_write_text(path, "".join(keep))
 
 
 @hydra.main(config_path="../conf", config_name="pretrain",
@@ -187,16 +253,9 @@ def main(cfg: DictConfig) -> None:
     step, elapsed = 0, 0.0
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
-    if cfg.resume and (out / "checkpoint" / "state.pt").exists():
-        from .run_dir import load_weights
-        load_weights(policy.model, out / "checkpoint" / "model")
-        # on the CPU first: a checkpoint written on a GPU resumes on a CPU-only machine
-        # too (the optimiser moves its state to the parameters' device)
-        state = torch.load(out / "checkpoint" / "state.pt", weights_only=True,
-                           map_location="cpu")
-        opt.load_state_dict(state["opt"])
-        step, elapsed = state["step"], state["elapsed"]
-        torch.set_rng_state(state["rng"])
+    if cfg.resume:
+        step, elapsed = resume_state(out, policy, opt)
+    cut_log(out / "pretrain_log.jsonl", step)
     rows = encode(policy, train)
     suite = strength_suite(cfg, held_out, out)  # reads its puzzle file
     try:
@@ -247,6 +306,10 @@ def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out:
         ids, labels = (t.to(device, non_blocking=True)
                        for t in make_batch(batch, policy.eos_id))
         loss = lm_loss(model, ids, labels, dtype)
+        if not torch.isfinite(loss):  # the weights would turn NaN: keep the last checkpoint
+            raise SystemExit(f"rookworld: pretrain: the loss is {loss.item()} at step "
+                             f"{step + 1}; out_dir keeps the last checkpoint. Lower lr or "
+                             "grad_clip, then run again")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -137,14 +137,33 @@ def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
         engine.ref.save_pretrained(tmp / "ref", safe_serialization=True)
     state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
     torch.save(state, tmp / "state.pt")
-    apply_umask(tmp)
-    atomic_write_text(tmp / MANIFEST, json.dumps({"files": {
-        str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
-        for f in sorted(tmp.rglob("*")) if f.is_file()}}, indent=1))
-    for f in tmp.rglob("*"):
+    write_manifest(tmp)
+
+
+def write_manifest(directory: Path) -> None:
+    """Seal a checkpoint directory: its files' sizes and sha256 in MANIFEST (written last,
+    so a directory with a manifest is whole), each file synced to disk; `verify` checks it."""
+    apply_umask(directory)
+    atomic_write_text(directory / MANIFEST, json.dumps({"files": {
+        str(f.relative_to(directory)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+        for f in sorted(directory.rglob("*")) if f.is_file()}}, indent=1))
+    for f in directory.rglob("*"):
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Put the finished directory tmp at final: the old final is moved aside first, so that
+    at every moment one whole copy sits at final or at its `.old` name beside it (where
+    `checkpoint_candidates` looks after a kill)."""
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _step_of(path: Path) -> int:

@@ -72,6 +72,60 @@ def test_pretrain_writes_its_curve_and_resumes_exactly(tmp_path, synthetic_data)
         assert torch.equal(a[k], b[k]), k
 
 
+def _pretrain_run(out: Path, train: str, held_out: str, *extra: str):
+    """_pretrain without check: the completed process, for the runs that must fail."""
+    cmd = [sys.executable, "-m", "rookworld.pretrain", f"out_dir={out}", f"data.train={train}",
+           f"data.eval={held_out}", "data.external_eval=/nonexistent", *TINY,
+           "batch_size=4", "warmup_steps=1", "data.eval_per_task=4", "curve_every=0",
+           "sampler.max_new_tokens=8", "sampler.per_task.A.max_new_tokens=8", "strength=none",
+           *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _log_steps(out: Path) -> list[int]:
+    return [json.loads(x)["step"] for x in (out / "pretrain_log.jsonl").read_text().splitlines()]
+
+
+def test_pretrain_faults_end_in_a_message_and_lose_no_checkpoint(tmp_path, synthetic_data):
+    """A kill between the checkpoint swap's two renames, a kill that left log rows past the
+    checkpoint and a torn line, a damaged checkpoint, another model shape, and weights
+    blown up: each resumes from the whole checkpoint or stops with one line naming it."""
+    train, held_out = synthetic_data
+    out = tmp_path / "run"
+    p = _pretrain_run(out, train, held_out, "steps=6", "checkpoint_every=2", "stop_at=4")
+    assert p.returncode == 0, p.stderr[-2000:]
+    # killed mid-swap: only the moved-aside copy is left; rows of steps 5-6 and a torn line
+    # were logged after it
+    (out / "checkpoint").rename(out / ".checkpoint.old")
+    with open(out / "pretrain_log.jsonl", "a") as f:
+        f.write('{"step": 5, "loss": 1.0}\n{"step": 6, "loss": 1.0}\n{"step": 7, "lo')
+    p = _pretrain_run(out, train, held_out, "steps=6", "checkpoint_every=2")
+    assert p.returncode == 0 and "resuming from step 4" in p.stdout, p.stderr[-2000:]
+    assert _log_steps(out) == [1, 2, 3, 4, 5, 6]
+    assert (out / "checkpoint" / "manifest.json").exists()
+    assert not (out / ".checkpoint.old").exists()
+    # damaged weights are named, not trained on
+    weights = out / "checkpoint" / "model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
+    weights.write_bytes(bytes(data))
+    p = _pretrain_run(out, train, held_out, "steps=8", "checkpoint_every=2")
+    assert p.returncode == 1 and "model.safetensors does not match its manifest" in p.stderr
+    assert "resume=false" in p.stderr
+    # another model shape: one line, no traceback
+    other = tmp_path / "other"
+    assert _pretrain_run(other, train, held_out, "steps=2", "checkpoint_every=2").returncode == 0
+    p = _pretrain_run(other, train, held_out, "steps=4", "model.n_embd=64")
+    assert p.returncode == 1 and "does not fit this model" in p.stderr
+    assert "Traceback" not in p.stderr
+    # weights blown up: the run stops at the non-finite loss and keeps its checkpoint
+    blown = tmp_path / "blown"
+    p = _pretrain_run(blown, train, held_out, "steps=6", "checkpoint_every=1", "lr=1e12",
+                      "grad_clip=1e12")
+    assert p.returncode == 1 and "the loss is nan" in p.stderr.lower(), p.stderr[-2000:]
+    assert not (blown / "model").exists()
+
+
 @pytest.mark.slow  # two pretraining stages and an export: ~25 s
 def test_a_stage_from_an_exported_model_continues_its_lineage(tmp_path, synthetic_data):
     train, held_out = synthetic_data
