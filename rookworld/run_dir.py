@@ -7,7 +7,7 @@ loaded with `torch.load(weights_only=True)`: nothing is unpickled. Each is
 written to a temporary directory and renamed into place, and `latest` is
 updated by rename, so a kill never leaves a half-written checkpoint that
 would be loaded: `latest_checkpoint` only ever returns a complete `step-*`
-directory (leftover `.tmp-step-*` / `.old-step-*` directories and a torn or
+directory (leftover `.tmp-step-*` / `.step-*.old` directories and a torn or
 stale `latest` pointer are ignored). `manifest.json` holds the size and sha256
 of every other file; a resume loads the newest checkpoint whose files match it,
 names each file that does not, and stops with a clear error when none matches.
@@ -108,7 +108,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{next_step:06d}"
     tmp = root / f".tmp-step-{next_step:06d}"
-    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # a killed save's
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".step-*.old")]:  # a killed save's
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
@@ -120,12 +120,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
             f"({getattr(e, 'strerror', None) or e}); its "
             "temporary directory was removed and the earlier checkpoints are intact. Free "
             f"space, then continue with resume={Path(run_dir).resolve()}") from e
-    old = root / f".old-step-{next_step:06d}"
-    if final.exists():  # re-saving a step after a resume: move the old one aside atomically
-        os.replace(final, old)
-    os.replace(tmp, final)
-    fsync_dir(root)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp, final)  # re-saving a step after a resume: the old one moved aside first
     atomic_write_text(root / LATEST, final.name)
     return final
 
