@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -123,7 +124,12 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
         directory = Path(snapshot_download(path, revision=revision, allow_patterns=HUB_FILES,
                                            local_files_only=local_files_only))
     tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    model = GPT2LMHeadModel.from_pretrained(directory, dtype=torch.float32)
+    try:
+        model = GPT2LMHeadModel.from_pretrained(directory, dtype=torch.float32)
+    except SafetensorError as e:  # a file cut short or damaged on disk
+        raise ValueError(f"model.path={path!r}: the weights in {directory} cannot be read "
+                         f"({e}): the file is damaged or cut short; copy or export the model "
+                         "again") from None
     _no_dropout(model.config)
     if tok.eos_token_id is None:
         raise ValueError(f"model.path={path!r}: tokenizer has no end-of-text token")

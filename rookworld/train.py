@@ -201,6 +201,9 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
         if start > cfg.steps:
             raise ConfigError(f"resume: the run's newest checkpoint ({ckpt.name}) is past "
                               f"steps={cfg.steps}; pass steps={start} or more")
+        if main:
+            print(f"[rookworld] resume: from {ckpt} (steps {start} to {cfg.steps} left to "
+                  "train)", flush=True)
         p.nan_guard.load_state_dict(state["nan_guard"])
         if p.kl_guard and state.get("kl_guard"):
             p.kl_guard.load_state_dict(state["kl_guard"])

@@ -63,6 +63,17 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         load_pretrained(str(tmp_path / "nope"))
 
 
+def test_weights_cut_short_are_named_with_what_to_do(tmp_path):
+    import shutil
+
+    from rookworld.policy import EMBEDDED_DIR
+    shutil.copytree(EMBEDDED_DIR, tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100_000])
+    with pytest.raises(ValueError, match="cannot be read .*damaged or cut short"):
+        load_pretrained(str(tmp_path / "model"))
+
+
 def test_an_uncached_hub_id_offline_names_the_settings_to_change(tmp_path, monkeypatch):
     from rookworld.backends.hub import check
 
