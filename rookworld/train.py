@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -36,7 +37,7 @@ from .config import (
     validate,
 )
 from .data.load import load_data
-from .distributed import DistContext
+from .distributed import DistContext, launched_by_torchrun
 from .distributed import init as init_distributed
 from .engine import GRPOEngine
 from .engine_settings import EngineSettings
@@ -284,6 +285,17 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
     return Outcome("success", cfg.steps), first_eval, last_eval
 
 
+class Stopped(BaseException):
+    """The run was asked to stop (SIGTERM: a scheduler's preemption, `docker stop`,
+    `timeout`): raised where the run is, so that it records its outcome as an error does.
+    Not an Exception, so that no handler on the way (a checkpoint write's) takes it for
+    its own failure."""
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    raise Stopped("stopped by SIGTERM")
+
+
 def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
     errors before training starts (bad config or data) or, outside sweeps, on error.
@@ -337,7 +349,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
                 suite.close()
             if isinstance(parts.task_mix, Games):
                 parts.task_mix.close()
-    except Exception as e:  # recorded as the run's outcome, then re-raised outside sweeps
+    except (Exception, Stopped) as e:  # recorded as the run's outcome, re-raised outside sweeps
         # the outcome carries the steps done and the evaluations that exist
         try:
             rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
@@ -445,8 +457,14 @@ def main(cfg: DictConfig) -> float:
               f"steps (outcome.json: success); nothing to do. Pass steps=N with N > "
               f"{done['step']} to train further.")
         return float(done.get("objective", 0.0))
+    if not multirun and not launched_by_torchrun():
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         result = run(cfg, run_dir, multirun=multirun)
+    except Stopped as e:  # recorded in outcome.json by the run; what to do, in one line
+        print(f"rookworld: {e}; continue with resume={run_dir.resolve()}", file=sys.stderr,
+              flush=True)
+        sys.exit(128 + signal.SIGTERM)
     except ConfigError as e:  # a bad setting or input: one line naming it, no traceback
         if multirun:
             raise

@@ -422,3 +422,28 @@ def test_a_resume_names_a_damaged_metrics_line_and_keeps_the_file(tiny_overrides
     with pytest.raises(ConfigError, match="metrics.jsonl, line 1: not JSON"):
         run(resumed, run_dir)
     assert path.read_bytes() == before
+
+
+def test_sigterm_records_the_outcome_and_says_how_to_resume(tiny_overrides, tmp_path):
+    """SIGTERM (a scheduler's preemption, `docker stop`) ends the run with outcome.json,
+    one line naming resume= and exit code 143; the resume then finishes the run."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = _train(tiny_overrides + ["steps=40", "checkpoint_every=1",
+                                    f"hydra.run.dir={run_dir}"], tmp_path)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (run_dir / "checkpoints" / "step-000002").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143, out[-2000:]
+    assert f"stopped by SIGTERM; continue with resume={run_dir.resolve()}" in out
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "error" and "SIGTERM" in outcome["reason"]
+    resumed = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}"],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run_dir / "outcome.json").read_text())["status"] == "success"
