@@ -70,6 +70,22 @@ def host() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
+def code_commit() -> str | None:
+    """The commit of the checkout this package runs from (with "+changes" when its tracked
+    files differ from it), or None outside a git checkout: the code a stage trained with."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path | None:
     """Greedy held-out metrics against samples seen, with ~95% intervals (PNG); a dotted
     line where one pretraining stage ended and the next began."""
@@ -143,6 +159,16 @@ def _data(stage: dict) -> str:
     return text
 
 
+def _code(stage: dict) -> str:
+    """The code a stage trained with: its commit, recorded by `pretrain`; for a stage from
+    before that record, the commit that shipped its weights."""
+    if stage.get("commit"):
+        return f", code of commit {stage['commit']}"
+    if stage.get("shipped_in"):
+        return f", weights shipped in commit {stage['shipped_in']}"
+    return ""
+
+
 def _stages(stages: list[dict]) -> str:
     parts = []
     for s in stages:
@@ -150,7 +176,7 @@ def _stages(stages: list[dict]) -> str:
                      f"{s['steps']} steps, {s['samples']:,} samples, "
                      f"{s['minutes']:.1f} training minutes on {_where(s)}, "
                      f"torch {s.get('torch') or '?'}, {s.get('threads') or '?'} "
-                     f"thread{'' if s.get('threads') == 1 else 's'}:\n\n"
+                     f"thread{'' if s.get('threads') == 1 else 's'}{_code(s)}:\n\n"
                      f"       {s['command']}" + _data(s))
     return "\n\n".join(parts)
 

@@ -123,7 +123,7 @@ def add_stage(parent: dict, report: dict, curve: list[dict], command: str,
             "samples": report["samples_seen"], "minutes": round(report["minutes"], 1),
             "host": report.get("host"), "torch": report.get("torch"),
             "threads": report.get("threads"), "device": report.get("device"),
-            "data": report.get("data")}
+            "commit": report.get("commit"), "data": report.get("data")}
     rows = [{**r, "stage": stage, "samples": r["samples"] + samples0,
              "train_minutes": r["train_minutes"] + minutes0} for r in curve]
     return {"stages": parent["stages"] + [this], "curve": parent["curve"] + rows}
@@ -332,10 +332,11 @@ def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out:
     elapsed = time.perf_counter() - t0
     save_state(out, policy, opt, step, elapsed)
     model.eval()
-    from .model_card import host
+    from .model_card import code_commit, host
     report = {"steps": step, "minutes": elapsed / 60, "samples_seen": step * cfg.batch_size,
               "parameters": sum(p.numel() for p in model.parameters()),
-              "host": host(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "host": host(), "commit": code_commit(), "torch": torch.__version__,
+              "threads": torch.get_num_threads(),
               "device": device_name(device, dtype),
               "data": data_record(cfg.data.train, train_samples),
               "eval": measure(policy, cfg, held_out)}

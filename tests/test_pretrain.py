@@ -15,7 +15,7 @@ from transformers import GPT2LMHeadModel as HFModel
 
 from rookworld.config import pkg_data
 from rookworld.gpt2 import GPT2Config, GPT2LMHeadModel
-from rookworld.model_card import model_card
+from rookworld.model_card import code_commit, model_card
 from rookworld.pretrain import data_record, get_lr, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,13 +160,19 @@ def test_a_stage_records_its_training_file_and_the_command_that_makes_it(tmp_pat
     record = data_record(str(train), 7)
     assert record == {**want, "made_by": command}
     stage = {"stage": 5, "start": "stage 4's weights", "steps": 2, "samples": 8, "minutes": 1.0,
-             "command": "python -m rookworld.pretrain", "data": record}
+             "command": "python -m rookworld.pretrain", "data": record, "commit": "abc1234"}
+    older = {**stage, "stage": 4, "commit": None, "shipped_in": "def5678"}
     card = model_card(SimpleNamespace(curve_per_task=1, steps=2),
                       GPT2Config(vocab_size=50, n_positions=40, n_embd=32, n_layer=2, n_head=2),
                       {"eval": {"held_out": {}}, "parameters": 1000},
-                      {"stages": [stage], "curve": []})
+                      {"stages": [older, stage], "curve": []})
     assert (f"Data: `{train}`, 7 samples, sha256 `{want['sha256'][:16]}`, made by\n\n"
             f"       {command}") in card
+    assert "threads, code of commit abc1234:" in card  # the code each stage trained with
+    assert "threads, weights shipped in commit def5678:" in card
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip()
+    assert code_commit().startswith(head) if head else code_commit() is None
     # a file shipped with the package is named relative to the package's parent
     assert (data_record(pkg_data("train.jsonl.gz"), 1)["path"]
             == "rookworld/assets/data/train.jsonl.gz")
