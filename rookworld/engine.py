@@ -342,6 +342,8 @@ class GRPOEngine:
 
     def update(self, b: Batch, step: int) -> dict:
         t0 = time.perf_counter()
+        if not (b.norm_tokens or float(b.loss_mask.sum())) and not (self.anchor and b.anchor):
+            return self._no_update(b, step, t0)
         coef = beta = self.kl.coef(step)
         c = self.algorithm.critic
         if c and c.kl_penalty == "reward":  # the KL was paid in the rewards (`gae`)
@@ -446,6 +448,21 @@ class GRPOEngine:
             m["loss/kl_share"] = abs(m["loss/kl"]) / max(abs(m["loss/policy"]) + abs(m["loss/kl"]),
                                                           1e-12)
         return m
+
+    def _no_update(self, b: Batch, step: int, t0: float) -> dict:
+        """A step whose every group was dropped (zero_variance=drop): nothing to learn, so no
+        optimiser step (AdamW would still decay and move by momentum); the schedule goes on.
+        No KL or policy metric is logged: a zero there would read as a measurement (the KL
+        guard and the adaptive controller skip the step)."""
+        b.rollout.tapes = []
+        lr = self.scheduler.get_last_lr()[0]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
+            self.scheduler.step()
+        self._maybe_sync_reference(step)
+        return {"kl/coef": self.kl.coef(step), "loss/total": 0.0, "optim/lr": lr,
+                "optim/empty_batch": 1.0, "guard/nan_skipped": 0,
+                "time/update_s": time.perf_counter() - t0}
 
     def _value_backward(self, b: Batch, slices: list[slice], agg: dict) -> float:
         """The critic's clipped value loss over the rows' chunks, backward with weight

@@ -76,6 +76,10 @@ def code_commit() -> str | None:
     import subprocess
     root = Path(__file__).resolve().parent.parent
     try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        if Path(top.stdout.strip()).resolve() != root:  # installed inside another repository
+            return None
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10, check=True)
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
@@ -161,11 +165,11 @@ def _data(stage: dict) -> str:
 
 def _code(stage: dict) -> str:
     """The code a stage trained with: its commit, recorded by `pretrain`; for a stage from
-    before that record, the commit that shipped its weights."""
+    before that record, the commit that added it to the model's lineage (training.json)."""
     if stage.get("commit"):
         return f", code of commit {stage['commit']}"
-    if stage.get("shipped_in"):
-        return f", weights shipped in commit {stage['shipped_in']}"
+    if stage.get("recorded_in"):
+        return f", recorded in commit {stage['recorded_in']}"
     return ""
 
 

@@ -172,12 +172,14 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
     """(step, elapsed seconds) of the newest whole checkpoint of out, its weights and
     optimiser state loaded; (0, 0.0) when there is none. A checkpoint is whole when its
     files match its manifest (one written before manifests existed is taken as it is);
-    the copies a kill can leave beside out/checkpoint (`.checkpoint.tmp` sealed, or
-    `.checkpoint.old`) count too. Damage, or weights of another shape, end the run with
+    the copies a kill can leave beside out/checkpoint (`.checkpoint.tmp` sealed,
+    `.checkpoint.old`, `.checkpoint.resumed`) count too, and the newest becomes
+    out/checkpoint again. Damage, or weights of another shape, end the run with
     one line naming the file and what to do."""
     from .run_dir import MANIFEST, load_weights, verify
     found, problems = [], []
-    for path in (out / CHECKPOINT, out / f".{CHECKPOINT}.tmp", out / f".{CHECKPOINT}.old"):
+    for path in (out / CHECKPOINT, out / f".{CHECKPOINT}.tmp", out / f".{CHECKPOINT}.old",
+                 out / f".{CHECKPOINT}.resumed"):
         if not (path / "state.pt").is_file():
             continue
         sealed = (path / MANIFEST).exists()
@@ -199,6 +201,17 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
                              "out_dir")
         return 0, 0.0
     step, path, state = max(found, key=lambda f: f[0])
+    if path != out / CHECKPOINT:  # a copy a kill left aside becomes the checkpoint again
+        import os
+        import shutil
+
+        from .run_dir import replace_dir
+        staged = out / f".{CHECKPOINT}.resumed"  # off the names replace_dir moves and clears
+        if path != staged:
+            shutil.rmtree(staged, ignore_errors=True)
+            os.replace(path, staged)
+        replace_dir(staged, out / CHECKPOINT)
+        path = out / CHECKPOINT
     try:
         load_weights(policy.model, path / "model")
         opt.load_state_dict(state["opt"])
@@ -212,8 +225,9 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
 
 
 def cut_log(path: Path, step: int) -> None:
-    """Keep the log rows of steps up to `step` (the resumed checkpoint's): the rows a killed
-    run wrote after its last checkpoint are trained again, and a torn last line goes."""
+    """Keep a log's rows of steps up to `step` (the resumed checkpoint's; 0 when the run
+    starts over): the rows a killed run wrote after its last checkpoint come again, and a
+    torn last line goes."""
     if not path.exists():
         return
     keep = []
@@ -255,7 +269,8 @@ def main(cfg: DictConfig) -> None:
                             weight_decay=cfg.weight_decay)
     if cfg.resume:
         step, elapsed = resume_state(out, policy, opt)
-    cut_log(out / "pretrain_log.jsonl", step)
+    for log in ("pretrain_log.jsonl", "curve.jsonl"):  # rows past the checkpoint come again
+        cut_log(out / log, step)
     rows = encode(policy, train)
     suite = strength_suite(cfg, held_out, out)  # reads its puzzle file
     try:

@@ -68,6 +68,22 @@ def refuse_to_overwrite(run_dir: Path) -> None:
                           "another hydra.run.dir (nothing was changed)")
 
 
+def check_resume(run_dir: Path, steps: int, logs: tuple[str, ...]) -> None:
+    """The refusals of a resume, made before it touches the run (so that a refused resume
+    records nothing): a checkpoint past `steps`, or a damaged line in one of the run's
+    `logs` (metrics files) that the resume would have to cut back. Raises ConfigError."""
+    from .run_dir import MetricsFile, newest_checkpoint_step
+    newest = newest_checkpoint_step(run_dir)
+    if newest is not None and newest > steps:
+        raise ConfigError(f"resume: the run's newest checkpoint (step-{newest:06d}) is past "
+                          f"steps={steps}; pass steps={newest} or more")
+    for name in logs:
+        try:
+            MetricsFile(Path(run_dir) / name).read()
+        except ValueError as e:  # a damaged line: named, and the file left as it is
+            raise ConfigError(f"resume: {e}") from None
+
+
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:
     """outcome.json of a run that already succeeded through `steps` steps, else None."""
     try:

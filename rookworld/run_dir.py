@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .errors import ConfigError
@@ -108,12 +109,13 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{next_step:06d}"
     tmp = root / f".tmp-step-{next_step:06d}"
-    for stale in [*root.glob(".tmp-step-*"), *root.glob(".step-*.old")]:  # a killed save's
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".step-*.old"),
+                  *root.glob(".old-step-*")]:  # a killed save's (the last: earlier code's)
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
-    except Exception as e:  # noqa: BLE001 - a full disk, a file size limit: torch and
-        # safetensors raise their own errors for them (RuntimeError, SafetensorError)
+    except (OSError, RuntimeError, SafetensorError) as e:  # a full disk, a file size limit:
+        # torch and safetensors raise their own errors for them
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
             f"writing checkpoint {final.name} into {root} failed "
@@ -150,8 +152,8 @@ def write_manifest(directory: Path) -> None:
 
 def replace_dir(tmp: Path, final: Path) -> None:
     """Put the finished directory tmp at final: the old final is moved aside first, so that
-    at every moment one whole copy sits at final or at its `.old` name beside it (where
-    `checkpoint_candidates` looks after a kill)."""
+    at every moment one whole copy sits at final or at its `.old` name beside it (where a
+    pretraining resume also looks after a kill, `pretrain.resume_state`)."""
     old = final.with_name(f".{final.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
@@ -166,6 +168,15 @@ def _step_of(path: Path) -> int:
         return int(path.name.removeprefix("step-"))
     except ValueError:
         return -1
+
+
+def newest_checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the run's newest complete `step-*` checkpoint by its name (unverified:
+    `latest_checkpoint` checks the files), None when it has none."""
+    root = Path(run_dir) / "checkpoints"
+    steps = [_step_of(p) for p in root.glob("step-*") if _step_of(p) >= 0 and is_complete(p)] \
+        if root.is_dir() else []
+    return max(steps, default=None)
 
 
 def is_complete(path: Path) -> bool:

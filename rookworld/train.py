@@ -51,7 +51,7 @@ from .memory import peak_memory_mb
 from .optim import AdamWSpec
 from .prompt_filter import HardestGreedy
 from .redact import redact, redact_config
-from .resume import finished_outcome, refuse_to_overwrite, resolve_resume
+from .resume import check_resume, finished_outcome, refuse_to_overwrite, resolve_resume
 from .run_dir import (
     RUN_CONFIG,
     CheckpointError,
@@ -199,9 +199,6 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
     if ckpt:
         state = load_checkpoint(ckpt, engine)
         start = state["next_step"]
-        if start > cfg.steps:
-            raise ConfigError(f"resume: the run's newest checkpoint ({ckpt.name}) is past "
-                              f"steps={cfg.steps}; pass steps={start} or more")
         if main:
             print(f"[rookworld] resume: from {ckpt} (steps {start} to {cfg.steps} left to "
                   "train)", flush=True)
@@ -213,16 +210,13 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                   f"{state['cpu_matmul']}; it continues with that (not "
                   f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
             runtime.use_cpu_matmul(state["cpu_matmul"])
-        try:
-            if main:
-                metrics_file.truncate_to(start)
-                samples_file.truncate_to(start)
-                for lg in loggers:
-                    if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
-                        lg.resume_at(start)
-            evals = [r for r in metrics_file.read() if "eval/reward" in r]
-        except ValueError as e:  # a damaged line: named, and the file left as it is
-            raise ConfigError(f"resume: {e}") from None
+        if main:  # (their lines were checked before the run started: check_resume)
+            metrics_file.truncate_to(start)
+            samples_file.truncate_to(start)
+            for lg in loggers:
+                if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
+                    lg.resume_at(start)
+        evals = [r for r in metrics_file.read() if "eval/reward" in r]
         first_eval = _evaluation(next(iter(evals), None))
         # the newest evaluation so far: the final one when the checkpoint is the last step
         last_eval = _evaluation(next((r for r in reversed(evals) if r["step"] >= 0), None))
@@ -292,7 +286,18 @@ class Stopped(BaseException):
     its own failure."""
 
 
+_MAIN_PID = os.getpid()
+
+
 def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM in the run's own process: stop where it is (once: a second SIGTERM while
+    the outcome is written is ignored). In a process forked from it (the data check's
+    workers) the default action: end."""
+    if os.getpid() != _MAIN_PID:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Stopped("stopped by SIGTERM")
 
 
@@ -300,7 +305,9 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
     errors before training starts (bad config or data) or, outside sweeps, on error.
     The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
-    if not cfg.resume:
+    if cfg.resume:
+        check_resume(run_dir, cfg.steps, ("metrics.jsonl", EVAL_SAMPLES))
+    else:
         refuse_to_overwrite(run_dir)
     parts = build_parts(cfg)
     reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
@@ -457,8 +464,9 @@ def main(cfg: DictConfig) -> float:
               f"steps (outcome.json: success); nothing to do. Pass steps=N with N > "
               f"{done['step']} to train further.")
         return float(done.get("objective", 0.0))
+    handler = None
     if not multirun and not launched_by_torchrun():
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        handler = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         result = run(cfg, run_dir, multirun=multirun)
     except Stopped as e:  # recorded in outcome.json by the run; what to do, in one line
@@ -473,6 +481,9 @@ def main(cfg: DictConfig) -> float:
         if multirun:
             raise
         sys.exit(f"rookworld: {e}")
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
     if not multirun and result.outcome.status != "success":
         sys.exit(EXIT_CODES[result.outcome.status])
     return result.objective

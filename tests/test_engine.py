@@ -417,3 +417,33 @@ def test_a_critics_value_metrics_cover_every_iteration_and_kl_coef_is_the_runs(
     assert m["value/clip_frac"] > 0
     assert m["kl/coef"] == 0.5
     assert m["kl/value"] == m["kl/k1"]
+
+
+class TiedReward(Reward):
+    """The same score for every completion: every group ties."""
+
+    range = (0.0, 1.0)
+
+    def __call__(self, sample, completion):
+        return Scored(0.5, {})
+
+
+def test_a_step_whose_every_group_is_dropped_leaves_the_weights_and_logs_no_kl(
+        tiny_overrides):
+    """zero_variance=drop with every group silent: no optimiser step (AdamW would still move
+    the weights by decay), the schedule goes on, and no KL or policy metric reads 0 as if
+    it were measured."""
+    from rookworld.data.load import read_samples
+
+    cfg = compose(tiny_overrides + ["zero_variance=drop", "kl=fixed", "optim.lr=1e-2"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, TiedReward())
+    train = read_samples(cfg.data.train)
+    pools = {t: [s for s in train if s.task == t] for t in "PA"}
+    before = [p.detach().clone() for p in engine.model.parameters()]
+    batch = engine.rollout(parts.task_mix.draw(pools, 4, 0, 0), 0)
+    assert batch.metrics["groups/dropped_share"] == 1.0
+    m = engine.update(batch, 0)
+    assert m["optim/empty_batch"] == 1.0
+    assert not any(k.startswith(("kl/k", "policy/")) or k == "kl/value" for k in m)
+    assert all(torch.equal(a, p) for a, p in zip(before, engine.model.parameters()))

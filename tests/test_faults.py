@@ -407,6 +407,7 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_own_final_evaluat
     resumed, run_dir = resolve_resume(compose(args), args)
     with pytest.raises(ConfigError, match="step-000002.*pass steps=2 or more"):
         run(resumed, run_dir)
+    assert not (tmp_path / "outcome.json").exists()  # refused before it recorded anything
 
 
 def test_a_resume_names_a_damaged_metrics_line_and_keeps_the_file(tiny_overrides, tmp_path):
@@ -422,6 +423,7 @@ def test_a_resume_names_a_damaged_metrics_line_and_keeps_the_file(tiny_overrides
     with pytest.raises(ConfigError, match="metrics.jsonl, line 1: not JSON"):
         run(resumed, run_dir)
     assert path.read_bytes() == before
+    assert not (tmp_path / "outcome.json").exists()  # refused before it recorded anything
 
 
 def test_sigterm_records_the_outcome_and_says_how_to_resume(tiny_overrides, tmp_path):

@@ -161,7 +161,7 @@ def test_a_stage_records_its_training_file_and_the_command_that_makes_it(tmp_pat
     assert record == {**want, "made_by": command}
     stage = {"stage": 5, "start": "stage 4's weights", "steps": 2, "samples": 8, "minutes": 1.0,
              "command": "python -m rookworld.pretrain", "data": record, "commit": "abc1234"}
-    older = {**stage, "stage": 4, "commit": None, "shipped_in": "def5678"}
+    older = {**stage, "stage": 4, "commit": None, "recorded_in": "def5678"}
     card = model_card(SimpleNamespace(curve_per_task=1, steps=2),
                       GPT2Config(vocab_size=50, n_positions=40, n_embd=32, n_layer=2, n_head=2),
                       {"eval": {"held_out": {}}, "parameters": 1000},
@@ -169,7 +169,7 @@ def test_a_stage_records_its_training_file_and_the_command_that_makes_it(tmp_pat
     assert (f"Data: `{train}`, 7 samples, sha256 `{want['sha256'][:16]}`, made by\n\n"
             f"       {command}") in card
     assert "threads, code of commit abc1234:" in card  # the code each stage trained with
-    assert "threads, weights shipped in commit def5678:" in card
+    assert "threads, recorded in commit def5678:" in card
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                           capture_output=True).stdout.strip()
     assert code_commit().startswith(head) if head else code_commit() is None

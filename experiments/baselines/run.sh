@@ -18,6 +18,7 @@ for arm in grpo rloo ppo; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
     [ -f "$run/outcome.json" ] && continue
+    [ -e "$run" ] && mv "$run" "$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # kept, not overwritten
     case $arm in
       grpo) extra=() ;;
       rloo) extra=(advantage=rloo) ;;

@@ -99,7 +99,7 @@ class FailStaleTrials(Callback):
         url = OmegaConf.select(config, "hydra.sweeper.storage")
         if url and str(url).startswith("sqlite:///"):
             try:
-                hold_sqlite_study(str(url)[len("sqlite:///"):])
+                hold_sqlite_study(_sqlite_path(str(url)))
             except StudyInUse as e:  # Hydra turns a callback's Exception into a warning
                 raise SystemExit(f"rookworld: {e}") from None
         _fail_stale(config, only_silent=None)
@@ -107,10 +107,15 @@ class FailStaleTrials(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         url = OmegaConf.select(config, "hydra.sweeper.storage")
         if url and str(url).startswith("sqlite:///"):
-            release_sqlite_study(str(url)[len("sqlite:///"):])
+            release_sqlite_study(_sqlite_path(str(url)))
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         _fail_stale(config, only_silent=True)
+
+
+def _sqlite_path(url: str) -> str:
+    """The database file of a sqlite:/// URL (without its ?options)."""
+    return url[len("sqlite:///"):].split("?", 1)[0]
 
 
 def _fail_stale(config: DictConfig, only_silent: bool | None) -> None:

@@ -144,8 +144,10 @@ def markdown(name: str, storage: str, rows: list[TrialRow], best: TrialRow | Non
            f"({rates['success']}/{rates['replicas']} runs), "
            f"**KL-failure rate {_pct(rates['kl_failure_rate'])}** ({rates['kl_failure']}), "
            f"NaN-failure rate {_pct(rates['nan_failure_rate'])} ({rates['nan_failure']}); "
-           f"{_count(sum(r.state != 'COMPLETE' for r in rows), 'trial')} did not complete (an "
-           "error or a dead process: listed below, not in these rates).", ""]
+           f"{_count(states['FAIL'], 'trial')} failed (an error or a dead process: listed "
+           "below, not in these rates)"
+           + "".join(f"; {_count(states[k], 'trial')} {k.lower()}" for k in ("RUNNING", "WAITING")
+                     if states[k]) + ".", ""]
     if best:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
         out += [f"Best trial: #{best.number}, objective {_obj(best.value)} "
