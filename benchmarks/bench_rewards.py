@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from types import SimpleNamespace
 
 import chess
 
 from rookworld.chess_tasks import env_sample, policy_sample
+from rookworld.chess_tasks.stockfish_pool import LabelPool
 from rookworld.rewards import (
     BinaryReward,
     ContinuousReward,
@@ -77,21 +77,6 @@ def workload(samples, group: int, rng: random.Random):
         texts = corruptions(s, rng)
         rows.extend((s, texts[k % len(texts)]) for k in range(group))
     return rows
-
-
-class LabelPool:
-    """Answers from the P labels; an unlisted move is one pawn below the worst."""
-
-    def __init__(self, samples):
-        self.truth = {s.truth.fen: s.truth for s in samples}
-
-    def analyse(self, fen):
-        t = self.truth[fen]
-        return SimpleNamespace(moves=t.moves, evals=t.evals, label="labels")
-
-    def evaluate_after(self, fen, move):
-        t = self.truth[fen]
-        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
 
 
 def throughput(reward, rows, repeats: int) -> float:

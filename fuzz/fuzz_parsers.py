@@ -25,11 +25,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from types import SimpleNamespace
 
 from rookworld.chess_tasks import Sample, parse_env, parse_policy
 from rookworld.chess_tasks.environment import split_env_line
 from rookworld.chess_tasks.policy import parse_policy_line
+from rookworld.chess_tasks.stockfish_pool import LabelPool
 from rookworld.config import PACKAGE_DIR
 from rookworld.data.loaders import load_lines
 from rookworld.data.validate import DEFECTS
@@ -46,21 +46,6 @@ CRASHES = Path(__file__).parent / "crashes"
 ALPHABET = "abcdefgh12345678qrbnkpKQRBNPwW-+/ .:MEAB09\n\t"
 NASTY = ["nan", "inf", "-inf", "1e309", "-0", "999.99", "+", "++", " ", "\x00", "\ufffd",
          "e2e4", "e7e8q", "0000", "P: ", "A: ", "M: ", "E: ", "B: ", "💥", "\u202e"]
-
-
-class TablePool:
-    """Engine stand-in answering from the samples' own labels (no Stockfish needed)."""
-
-    def __init__(self, samples):
-        self.truth = {s.truth.fen: s.truth for s in samples if s.task == "P"}
-
-    def analyse(self, fen):
-        t = self.truth[fen]
-        return SimpleNamespace(moves=t.moves, evals=t.evals, label="labels")
-
-    def evaluate_after(self, fen, move):
-        t = self.truth[fen]
-        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
 
 
 def corpus(limit: int = 400) -> list[Sample]:
@@ -133,7 +118,7 @@ def run_loop(minutes: float, seed: int) -> int:
     samples = corpus()
     lines = [s.prompt + s.completion for s in samples]
     rewards = {"binary": BinaryReward(), "graduated": GraduatedReward(),
-               "continuous": ContinuousReward(), "engine": EngineReward(TablePool(samples)),
+               "continuous": ContinuousReward(), "engine": EngineReward(LabelPool(samples)),
                "curriculum": CurriculumReward(GraduatedReward(), BinaryReward(), 100).at(40)}
     rng, deadline, n, crashes = random.Random(seed), time.monotonic() + 60 * minutes, 0, set()
     while time.monotonic() < deadline:
@@ -160,7 +145,7 @@ def reward_table(n: int, seed: int, slow_ms: float = 50.0) -> int:
     samples = corpus()
     lines = [s.prompt + s.completion for s in samples]
     rewards = {"binary": BinaryReward(), "graduated": GraduatedReward(),
-               "continuous": ContinuousReward(), "engine": EngineReward(TablePool(samples)),
+               "continuous": ContinuousReward(), "engine": EngineReward(LabelPool(samples)),
                "curriculum": CurriculumReward(GraduatedReward(), BinaryReward(), 100).at(40)}
     rng = random.Random(seed)
     inputs = []
@@ -197,7 +182,7 @@ def run_atheris(seed: int) -> None:  # pragma: no cover - optional, needs atheri
     import atheris
 
     samples = corpus()
-    rewards = {"graduated": GraduatedReward(), "engine": EngineReward(TablePool(samples))}
+    rewards = {"graduated": GraduatedReward(), "engine": EngineReward(LabelPool(samples))}
 
     def one(data: bytes) -> None:
         fdp = atheris.FuzzedDataProvider(data)

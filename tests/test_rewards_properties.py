@@ -8,13 +8,13 @@ HYPOTHESIS_PROFILE=ci runs thousands.
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rookworld.chess_tasks import env_sample, policy_sample
+from rookworld.chess_tasks.stockfish_pool import LabelPool
 from rookworld.rewards import (
     ENV_PARTS,
     EVAL_CAP,
@@ -25,23 +25,6 @@ from rookworld.rewards import (
     EngineReward,
     GraduatedReward,
 )
-
-
-class TruthPool:
-    """Engine stand-in answering from the samples' labels; an unlisted move is
-    worth one pawn less than the worst listed one."""
-
-    def __init__(self, samples):
-        self.truth = {s.truth.fen: s.truth for s in samples if s.task == "P"}
-
-    def analyse(self, fen):
-        t = self.truth[fen]
-        return SimpleNamespace(moves=t.moves, evals=t.evals, label="labels")
-
-    def evaluate_after(self, fen, move):
-        t = self.truth[fen]
-        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
-
 
 SAMPLES = [
     policy_sample("1B2k3/1n3p2/1pr1p1p1/7p/1PPR3P/4K1P1/5P2/8 b - - 0 35",
@@ -65,7 +48,7 @@ LADDERS = {"binary": BinaryReward(), "graduated": GraduatedReward(),
                                                  policy_weights={"best": 0.0, "top5": 2.0})}
 REWARDS = dict(LADDERS,
                curriculum_mid=CurriculumReward(GraduatedReward(), BinaryReward(), 100).at(37),
-               engine=EngineReward(TruthPool(SAMPLES)))
+               engine=EngineReward(LabelPool(SAMPLES)))
 PART_KEYS = {"P": set(POLICY_PARTS), "A": set(ENV_PARTS)}
 
 CHESSY = "abcdefgh12345678qrbnkpKQRBNPwW-+/ .:MEB09\n\t"

@@ -142,3 +142,13 @@ def test_real_engine_bare_kings(stockfish_pool):
     fen = "8/8/8/8/8/8/4k3/K7 w - - 0 1"
     text = policy_text(fen, ["a1a2"], [0.0], "a1a2")[len(policy_prompt(fen)):]
     assert EngineReward(stockfish_pool)(policy_sample(fen, ["a1b1"], [0.0]), text).score == 1.0
+
+
+def test_the_label_pool_answers_from_the_labels():
+    from rookworld.chess_tasks.stockfish_pool import LabelPool, against_best
+    pool = LabelPool([PROMO])
+    assert against_best(pool, PROMO_FEN, "e7e8q") is None  # the labelled best loses nothing
+    assert against_best(pool, PROMO_FEN, "e7e8r") == (9.5, 9.4)
+    assert against_best(pool, PROMO_FEN, "g2f2") == (9.5, pytest.approx(0.3 - 1.0))  # unlisted
+    assert EngineReward(pool)(PROMO, completion("e7e8r")).score == pytest.approx(
+        0.2 + 0.8 * (1 - 0.1 / 3))

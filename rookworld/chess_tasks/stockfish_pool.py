@@ -265,3 +265,27 @@ def against_best(pool, fen: str, move: str) -> tuple[float, float] | None:
     if not top or move == top[0]:
         return None
     return pool.evaluate_after(fen, top[0]), pool.evaluate_after(fen, move)
+
+
+class LabelPool:
+    """An engine pool's stand-in that answers from P samples' labels instead of searching
+    (no Stockfish): a position's labelled MultiPV lines as its analysis; as the eval after a
+    move, its labelled eval when the move is listed, else one pawn below the worst listed.
+    For benchmarks, fuzzing and tests of what scores through a pool (`against_best`,
+    reward=engine), not an engine: its evals are the labels' depth, not a search after
+    the move."""
+
+    def __init__(self, samples):
+        self.truth = {s.truth.fen: s.truth for s in samples if s.task == "P"}
+        self.limit_label = "labels"
+
+    def analyse(self, fen: str) -> Analysis:
+        t = self.truth[fen]
+        return Analysis(tuple(t.moves), tuple(t.evals), self.limit_label)
+
+    def evaluate_after(self, fen: str, move: str) -> float:
+        t = self.truth[fen]
+        return t.evals[t.moves.index(move)] if move in t.moves else min(t.evals) - 1.0
+
+    def close(self) -> None:
+        """Nothing to end (the real pool ends its engine processes)."""
