@@ -12,6 +12,7 @@ arm's mean over its seeds with a 95% t interval over the seeds (run-to-run sprea
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -52,7 +53,8 @@ def cell(c: tuple[float, float | None] | None) -> str:
 
 
 def main(study: Path, arms: list[str]) -> None:
-    runs = {arm: sorted(p.parent for p in (study / arm).glob("seed*/outcome.json"))
+    runs = {arm: sorted(p.parent for p in (study / arm).glob("seed*/outcome.json")
+                        if re.fullmatch(r"seed\d+", p.parent.name))  # not a set-aside run
             for arm in arms}
     header = ["measure"] + [f"{arm} {r.name}" for arm in arms for r in runs[arm]] \
         + [f"{arm} mean" for arm in arms]

@@ -461,8 +461,7 @@ class GRPOEngine:
             self.scheduler.step()
         self._maybe_sync_reference(step)
         return {"kl/coef": self.kl.coef(step), "loss/total": 0.0, "optim/lr": lr,
-                "optim/empty_batch": 1.0, "guard/nan_skipped": 0,
-                "time/update_s": time.perf_counter() - t0}
+                "optim/empty_batch": 1.0, "time/update_s": time.perf_counter() - t0}
 
     def _value_backward(self, b: Batch, slices: list[slice], agg: dict) -> float:
         """The critic's clipped value loss over the rows' chunks, backward with weight

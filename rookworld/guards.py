@@ -85,6 +85,8 @@ class NaNGuard:
         self.consecutive = 0
 
     def check(self, metrics: dict) -> str | None:
+        if metrics.get("optim/empty_batch"):  # no update was tried: the count stands
+            return None
         skipped = bool(metrics.get("guard/nan_skipped", 0))
         self.consecutive = self.consecutive + 1 if skipped else 0
         if self.consecutive > self.max_consecutive:

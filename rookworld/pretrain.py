@@ -171,7 +171,8 @@ def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
 def resume_state(out: Path, policy, opt) -> tuple[int, float]:
     """(step, elapsed seconds) of the newest whole checkpoint of out, its weights and
     optimiser state loaded; (0, 0.0) when there is none. A checkpoint is whole when its
-    files match its manifest (one written before manifests existed is taken as it is);
+    files match its manifest (out/checkpoint written before manifests existed is taken as
+    it is);
     the copies a kill can leave beside out/checkpoint (`.checkpoint.tmp` sealed,
     `.checkpoint.old`, `.checkpoint.resumed`) count too, and the newest becomes
     out/checkpoint again. Damage, or weights of another shape, end the run with
@@ -183,8 +184,8 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
         if not (path / "state.pt").is_file():
             continue
         sealed = (path / MANIFEST).exists()
-        if path.name.endswith(".tmp") and not sealed:
-            continue  # a save cut short: never whole
+        if path != out / CHECKPOINT and not sealed:
+            continue  # a copy beside it is whole only when sealed (a save or a delete cut short)
         if sealed and (problem := verify(path)):
             problems.append(problem)
             continue

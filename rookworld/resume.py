@@ -71,12 +71,13 @@ def refuse_to_overwrite(run_dir: Path) -> None:
 def check_resume(run_dir: Path, steps: int, logs: tuple[str, ...]) -> None:
     """The refusals of a resume, made before it touches the run (so that a refused resume
     records nothing): a checkpoint past `steps`, or a damaged line in one of the run's
-    `logs` (metrics files) that the resume would have to cut back. Raises ConfigError."""
-    from .run_dir import MetricsFile, newest_checkpoint_step
-    newest = newest_checkpoint_step(run_dir)
-    if newest is not None and newest > steps:
-        raise ConfigError(f"resume: the run's newest checkpoint (step-{newest:06d}) is past "
-                          f"steps={steps}; pass steps={newest} or more")
+    `logs` (metrics and side files) that the resume would have to cut back. Raises
+    ConfigError (CheckpointError when no checkpoint can be trusted)."""
+    from .run_dir import MetricsFile, latest_checkpoint, step_of
+    ckpt = latest_checkpoint(run_dir)  # the one the resume continues from (files verified)
+    if ckpt is not None and step_of(ckpt) > steps:
+        raise ConfigError(f"resume: the run's newest checkpoint ({ckpt.name}) is past "
+                          f"steps={steps}; pass steps={step_of(ckpt)} or more")
     for name in logs:
         try:
             MetricsFile(Path(run_dir) / name).read()

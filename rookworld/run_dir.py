@@ -114,8 +114,9 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
-    except (OSError, RuntimeError, SafetensorError) as e:  # a full disk, a file size limit:
-        # torch and safetensors raise their own errors for them
+    except Exception as e:  # noqa: BLE001 - which of them is the disk's: below
+        if not _is_write_failure(e):  # a programming error stays itself
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
             f"writing checkpoint {final.name} into {root} failed "
@@ -135,6 +136,13 @@ def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     state = {"next_step": next_step, "engine": engine.state_dict(), "rng": rng_state(), **extra}
     torch.save(state, tmp / "state.pt")
     write_manifest(tmp)
+
+
+def _is_write_failure(e: Exception) -> bool:
+    """Whether a checkpoint write failed at the disk (full, a size limit): torch raises
+    RuntimeError, safetensors SafetensorError, the tokenizers library a plain Exception
+    naming the OS error."""
+    return isinstance(e, (OSError, RuntimeError, SafetensorError)) or "os error" in str(e)
 
 
 def write_manifest(directory: Path) -> None:
@@ -163,20 +171,12 @@ def replace_dir(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _step_of(path: Path) -> int:
+def step_of(path: Path) -> int:
+    """A `step-*` checkpoint's step (the steps done before it), -1 for another name."""
     try:
         return int(path.name.removeprefix("step-"))
     except ValueError:
         return -1
-
-
-def newest_checkpoint_step(run_dir: Path) -> int | None:
-    """The step of the run's newest complete `step-*` checkpoint by its name (unverified:
-    `latest_checkpoint` checks the files), None when it has none."""
-    root = Path(run_dir) / "checkpoints"
-    steps = [_step_of(p) for p in root.glob("step-*") if _step_of(p) >= 0 and is_complete(p)] \
-        if root.is_dir() else []
-    return max(steps, default=None)
 
 
 def is_complete(path: Path) -> bool:
@@ -210,10 +210,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     to step 0. A checkpoint that fails verification is named and skipped; when every
     one fails, CheckpointError says which files."""
     root = Path(run_dir) / "checkpoints"
-    done = [p for p in root.glob("step-*") if _step_of(p) >= 0 and is_complete(p)] \
+    done = [p for p in root.glob("step-*") if step_of(p) >= 0 and is_complete(p)] \
         if root.is_dir() else []
     bad = []
-    for path in sorted(done, key=_step_of, reverse=True):
+    for path in sorted(done, key=step_of, reverse=True):
         problem = verify(path)
         if problem is None:
             if bad:

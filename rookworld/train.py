@@ -210,13 +210,16 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                   f"{state['cpu_matmul']}; it continues with that (not "
                   f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
             runtime.use_cpu_matmul(state["cpu_matmul"])
-        if main:  # (their lines were checked before the run started: check_resume)
-            metrics_file.truncate_to(start)
-            samples_file.truncate_to(start)
-            for lg in loggers:
-                if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
-                    lg.resume_at(start)
-        evals = [r for r in metrics_file.read() if "eval/reward" in r]
+        try:  # (the lines were checked before the run started: check_resume)
+            if main:
+                metrics_file.truncate_to(start)
+                samples_file.truncate_to(start)
+                for lg in loggers:
+                    if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
+                        lg.resume_at(start)
+            evals = [r for r in metrics_file.read() if "eval/reward" in r]
+        except ValueError as e:  # a damaged line check_resume did not see: named
+            raise ConfigError(f"resume: {e}") from None
         first_eval = _evaluation(next(iter(evals), None))
         # the newest evaluation so far: the final one when the checkpoint is the last step
         last_eval = _evaluation(next((r for r in reversed(evals) if r["step"] >= 0), None))
@@ -306,7 +309,7 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     errors before training starts (bad config or data) or, outside sweeps, on error.
     The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
     if cfg.resume:
-        check_resume(run_dir, cfg.steps, ("metrics.jsonl", EVAL_SAMPLES))
+        check_resume(run_dir, cfg.steps, ("metrics.jsonl", EVAL_SAMPLES, "examples.jsonl"))
     else:
         refuse_to_overwrite(run_dir)
     parts = build_parts(cfg)
@@ -466,7 +469,9 @@ def main(cfg: DictConfig) -> float:
         return float(done.get("objective", 0.0))
     handler = None
     if not multirun and not launched_by_torchrun():
-        handler = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        global _MAIN_PID
+        _MAIN_PID = os.getpid()  # the run's process; a process forked from it ends instead
+        handler = signal.signal(signal.SIGTERM, _stop_on_sigterm) or signal.SIG_DFL
     try:
         result = run(cfg, run_dir, multirun=multirun)
     except Stopped as e:  # recorded in outcome.json by the run; what to do, in one line

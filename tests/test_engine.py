@@ -447,3 +447,14 @@ def test_a_step_whose_every_group_is_dropped_leaves_the_weights_and_logs_no_kl(
     assert m["optim/empty_batch"] == 1.0
     assert not any(k.startswith(("kl/k", "policy/")) or k == "kl/value" for k in m)
     assert all(torch.equal(a, p) for a, p in zip(before, engine.model.parameters()))
+
+
+def test_a_step_without_an_update_leaves_the_nan_guards_count():
+    """A step whose every group was dropped tried no update: a run of non-finite updates on
+    either side of it still counts as consecutive."""
+    from rookworld.guards import NaNGuard
+
+    guard = NaNGuard(max_consecutive=1)
+    assert guard.check({"guard/nan_skipped": 1}) is None
+    assert guard.check({"optim/empty_batch": 1.0}) is None
+    assert "2 non-finite updates in a row" in guard.check({"guard/nan_skipped": 1})

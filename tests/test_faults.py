@@ -410,17 +410,18 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_own_final_evaluat
     assert not (tmp_path / "outcome.json").exists()  # refused before it recorded anything
 
 
-def test_a_resume_names_a_damaged_metrics_line_and_keeps_the_file(tiny_overrides, tmp_path):
-    cfg = compose(tiny_overrides + ["steps=2", "checkpoint_every=1"])
+@pytest.mark.parametrize("name", ["metrics.jsonl", "examples.jsonl"])
+def test_a_resume_names_a_damaged_log_line_and_keeps_the_file(tiny_overrides, tmp_path, name):
+    cfg = compose(tiny_overrides + ["steps=2", "checkpoint_every=1", "logger=console"])
     _save_run_config(cfg, tmp_path)
     assert run(cfg, tmp_path).outcome.status == "success"
     (tmp_path / "outcome.json").unlink()
-    path = tmp_path / "metrics.jsonl"
-    path.write_text("X" + path.read_text())  # the start evaluation's row damaged on disk
+    path = tmp_path / name
+    path.write_text("X" + path.read_text())  # its first row damaged on disk
     before = path.read_bytes()
     args = tiny_overrides + [f"resume={tmp_path}", "steps=3"]
     resumed, run_dir = resolve_resume(compose(args), args)
-    with pytest.raises(ConfigError, match="metrics.jsonl, line 1: not JSON"):
+    with pytest.raises(ConfigError, match=f"{name}, line 1: not JSON"):
         run(resumed, run_dir)
     assert path.read_bytes() == before
     assert not (tmp_path / "outcome.json").exists()  # refused before it recorded anything

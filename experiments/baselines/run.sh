@@ -18,7 +18,8 @@ for arm in grpo rloo ppo; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
     [ -f "$run/outcome.json" ] && continue
-    [ -e "$run" ] && mv "$run" "$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # kept, not overwritten
+    aside="$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # the failed run kept, not overwritten
+    [ -e "$run" ] && mv "$run" "$aside" && { [ ! -e "$run.log" ] || mv "$run.log" "$aside.log"; }
     case $arm in
       grpo) extra=() ;;
       rloo) extra=(advantage=rloo) ;;

@@ -28,7 +28,8 @@ for arm in "${arms[@]}"; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
     grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
-    [ -e "$run" ] && mv "$run" "$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # kept, not overwritten
+    aside="$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # the failed run kept, not overwritten
+    [ -e "$run" ] && mv "$run" "$aside" && { [ ! -e "$run.log" ] || mv "$run.log" "$aside.log"; }
     t=$SECONDS
     $py -m rookworld.train seed=$s "${extra[@]}" hydra.run.dir="$run" > "$run.log" 2>&1
     echo "$arm seed $s: $((SECONDS - t)) s" | tee -a "$out/times.txt"

@@ -18,7 +18,8 @@ fi
 for s in 0 1 2; do
   run="$out/seed$s"
   if [ ! -f "$run/outcome.json" ]; then
-    [ -e "$run" ] && mv "$run" "$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # kept, not overwritten
+    aside="$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # the failed run kept, not overwritten
+    [ -e "$run" ] && mv "$run" "$aside" && { [ ! -e "$out/seed$s.train.log" ] || mv "$out/seed$s.train.log" "$aside.train.log"; }
     t=$SECONDS
     $py -m rookworld.train seed=$s hydra.run.dir="$run" > "$out/seed$s.train.log" 2>&1
     echo "seed $s training: $((SECONDS - t)) s" | tee -a "$out/times.txt"

@@ -101,7 +101,8 @@ for arm in "${arms[@]}"; do
     run="$out/$arm/seed$s"
     mkdir -p "$out/$arm"
     grep -qs '"status": "success"' "$run/outcome.json" && continue  # failed runs run again
-    [ -e "$run" ] && mv "$run" "$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # kept, not overwritten
+    aside="$run.set-aside-$(date +%Y%m%d-%H%M%S)"  # the failed run kept, not overwritten
+    [ -e "$run" ] && mv "$run" "$aside" && { [ ! -e "$run.log" ] || mv "$run.log" "$aside.log"; }
     t=$SECONDS
     # shellcheck disable=SC2086  # OVERRIDES splits into overrides
     $py -m rookworld.train seed=$s "${measure[@]}" "${extra[@]}" ${OVERRIDES:-} \
