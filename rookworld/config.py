@@ -128,6 +128,15 @@ def validate(cfg: DictConfig) -> None:
     fo = cfg.sweep.failed_objective
     if isinstance(fo, bool) or not isinstance(fo, int | float) or not math.isfinite(fo):
         raise ConfigError(f"sweep.failed_objective must be a finite number, got {fo!r}")
+    objective = cfg.sweep.get("objective")
+    if not isinstance(objective, str) or not objective.startswith("eval/"):
+        raise ConfigError(f"sweep.objective={objective!r} must name a metric of the final "
+                          "held-out evaluation (eval/..., e.g. eval/reward)")
+    counts = ("puzzles", "random_games", "engine_games", "selfplay_games", "acpl_positions")
+    if objective.startswith("eval/strength/") and not any(
+            OmegaConf.select(cfg, f"strength.{k}", default=0) for k in counts):
+        raise ConfigError(f"sweep.objective={objective} is a strength measure, and strength="
+                          "none measures none: set strength=fast or full")
     beat, grace = (OmegaConf.select(cfg, f"sweep.{k}", default=None)
                    for k in ("heartbeat_s", "grace_s"))
     if beat is not None and grace is not None and not 0 < 2 * beat <= grace:

@@ -70,6 +70,8 @@ BAD = [
     (["zero_variance=sometimes"], "zero_variance"),
     (["algorithm=ppo", "zero_variance=drop"], "zero_variance=drop"),
     (["sweep.failed_objective=-inf"], "sweep.failed_objective"),
+    (["sweep.objective=reward/mean"], "sweep.objective"),
+    (["sweep.objective=eval/strength/puzzles_first", "strength=none"], "sweep.objective"),
     (["+sweep.heartbeat_s=30", "+sweep.grace_s=40"], "sweep.grace_s"),
     (["algorithm.kl_estimator=k9"], "algorithm.kl_estimator"),
     (["guard.kl.estimator=full_reverse"], "guard.kl.estimator=full_reverse needs both models"),
