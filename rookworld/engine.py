@@ -194,7 +194,7 @@ class GRPOEngine:
             m.update(self.algorithm.advantage.metrics())
         # the step's normalisers: a dropped group's rows have left the batch
         norm_tokens = float(loss_mask.sum())
-        norm_rows = int(loss_mask.bool().any(-1).sum())
+        norm_rows = grpo.rows_in_batch(loss_mask)
         if self.dist:
             m = self._global_metrics(self.dist.combine_metrics(m), rewards, adv_every)
             total = self.dist.sum_floats({"t": norm_tokens, "r": float(norm_rows)})
@@ -423,10 +423,7 @@ class GRPOEngine:
             agg[RATIO_MAX] = peak
         if self.settings.release_memory:
             release_freed_memory()
-        lr = self.scheduler.get_last_lr()[0]
-        with warnings.catch_warnings():  # a critic's warm-up: the schedule moves on unstepped
-            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
-            self.scheduler.step()
+        lr = self._advance_schedule()
         if self.critic:  # its schedule, once a step too
             self.critic.end_update(self.nan_lr_backoff if skipped else None)
         if self.ref is not None and "kl/k3" in agg:
@@ -455,13 +452,20 @@ class GRPOEngine:
         No KL or policy metric is logged: a zero there would read as a measurement (the KL
         guard and the adaptive controller skip the step)."""
         b.rollout.tapes = []
+        lr = self._advance_schedule()
+        self._maybe_sync_reference(step)
+        return {"kl/coef": self.kl.coef(step), "loss/total": 0.0, "optim/lr": lr,
+                "optim/empty_batch": 1.0, "time/update_s": time.perf_counter() - t0}
+
+    def _advance_schedule(self) -> float:
+        """Step the learning-rate schedule once for this step; -> the lr the step used. A
+        step without an optimiser step (a critic's warm-up, every group dropped) moves the
+        schedule on all the same."""
         lr = self.scheduler.get_last_lr()[0]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
             self.scheduler.step()
-        self._maybe_sync_reference(step)
-        return {"kl/coef": self.kl.coef(step), "loss/total": 0.0, "optim/lr": lr,
-                "optim/empty_batch": 1.0, "time/update_s": time.perf_counter() - t0}
+        return lr
 
     def _value_backward(self, b: Batch, slices: list[slice], agg: dict) -> float:
         """The critic's clipped value loss over the rows' chunks, backward with weight

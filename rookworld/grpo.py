@@ -148,7 +148,7 @@ def seq_mean_token_mean(x: Tensor, mask: Tensor) -> Tensor:
     [N, T], [N, T] -> scalar."""
     xm, m = _masked(x, mask)
     per_seq = xm.sum(-1) / m.sum(-1).clamp_min(1)
-    return per_seq.sum() / rows_in_batch(m)
+    return per_seq.sum() / max(rows_in_batch(m), 1)
 
 
 def seq_mean_token_sum_norm(x: Tensor, mask: Tensor, max_len: int) -> Tensor:
@@ -156,14 +156,14 @@ def seq_mean_token_sum_norm(x: Tensor, mask: Tensor, max_len: int) -> Tensor:
     constant (the generation budget), so no length bias enters through the normaliser;
     rows as in `rows_in_batch`. [N, T], [N, T] -> scalar."""
     xm, m = _masked(x, mask)
-    return xm.sum() / (rows_in_batch(m) * max_len)
+    return xm.sum() / (max(rows_in_batch(m), 1) * max_len)
 
 
 def rows_in_batch(mask: Tensor) -> int:
-    """The rows of mask [N, T] with a real token (at least 1): the sequences the
-    aggregators average over. A row masked out whole (`zero_variance=drop`'s groups) has
-    left the batch, under every agg_mode as under token_mean."""
-    return max(int(mask.bool().any(-1).sum()), 1)
+    """How many rows of mask [N, T] hold a real token: the sequences the aggregators
+    average over. A row masked out whole (`zero_variance=drop`'s groups) has left the
+    batch, under every agg_mode as under token_mean."""
+    return int(mask.bool().any(-1).sum())
 
 
 # algorithm.loss.agg_mode: how per-token values become the loss (verl's names)
@@ -190,7 +190,7 @@ def chunk_weight(agg_mode: str, chunk_mask: Tensor, total_tokens: float, total_r
     otherwise (total_rows: `rows_in_batch` of the whole batch)."""
     if agg_mode == "token_mean":
         return float(chunk_mask.sum() / max(total_tokens, 1.0))
-    return int(chunk_mask.bool().any(-1).sum()) / max(total_rows, 1)
+    return rows_in_batch(chunk_mask) / max(total_rows, 1)
 
 
 ADVANTAGE_SCALES = ("group", "batch", "none")

@@ -75,19 +75,18 @@ def code_commit() -> str | None:
     files differ from it), or None outside a git checkout: the code a stage trained with."""
     import subprocess
     root = Path(__file__).resolve().parent.parent
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+
     try:
-        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True, timeout=10, check=True)
-        if Path(top.stdout.strip()).resolve() != root:  # installed inside another repository
+        top, head = git("rev-parse", "--show-toplevel", "--short", "HEAD").splitlines()
+        if Path(top).resolve() != root:  # installed inside another repository
             return None
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    return head + ("+changes" if dirty else "")
 
 
 def plot_curve(rows: list[dict], out: Path, stage_ends: list[int] = ()) -> Path | None:

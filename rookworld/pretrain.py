@@ -10,7 +10,9 @@ whose figures are the greedy held-out metrics it measured.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import time
 from itertools import accumulate
 from pathlib import Path
@@ -28,6 +30,7 @@ from .evaluate import measure
 from .files import atomic_write_text, sha256_file
 from .optim import cosine_schedule
 from .policy import EMBEDDED_DIR, save_policy
+from .run_dir import MANIFEST, MetricsFile, load_weights, replace_dir, verify, write_manifest
 from .sft import encode, lm_loss, make_batch
 
 
@@ -156,9 +159,6 @@ def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
     """Write out/checkpoint whole or not at all: built beside it, sealed with a manifest,
     then swapped in (`run_dir.replace_dir`), so a kill at any moment leaves one whole
     checkpoint that `resume_state` finds."""
-    import shutil
-
-    from .run_dir import replace_dir, write_manifest
     tmp = out / f".{CHECKPOINT}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_policy(policy, tmp / "model")
@@ -177,7 +177,6 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
     `.checkpoint.old`, `.checkpoint.resumed`) count too, and the newest becomes
     out/checkpoint again. Damage, or weights of another shape, end the run with
     one line naming the file and what to do."""
-    from .run_dir import MANIFEST, load_weights, verify
     found, problems = [], []
     for path in (out / CHECKPOINT, out / f".{CHECKPOINT}.tmp", out / f".{CHECKPOINT}.old",
                  out / f".{CHECKPOINT}.resumed"):
@@ -203,10 +202,6 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
         return 0, 0.0
     step, path, state = max(found, key=lambda f: f[0])
     if path != out / CHECKPOINT:  # a copy a kill left aside becomes the checkpoint again
-        import os
-        import shutil
-
-        from .run_dir import replace_dir
         staged = out / f".{CHECKPOINT}.resumed"  # off the names replace_dir moves and clears
         if path != staged:
             shutil.rmtree(staged, ignore_errors=True)
@@ -223,23 +218,6 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
     torch.set_rng_state(state["rng"])
     print(f"[rookworld] pretrain: resuming from step {step} ({path})", flush=True)
     return step, state["elapsed"]
-
-
-def cut_log(path: Path, step: int) -> None:
-    """Keep a log's rows of steps up to `step` (the resumed checkpoint's; 0 when the run
-    starts over): the rows a killed run wrote after its last checkpoint come again, and a
-    torn last line goes."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("step", 0) <= step:
-            keep.append(line + "\n")
-    atomic_write_text(path, "".join(keep))
 
 
 @hydra.main(config_path="../conf", config_name="pretrain",
@@ -271,7 +249,10 @@ def main(cfg: DictConfig) -> None:
     if cfg.resume:
         step, elapsed = resume_state(out, policy, opt)
     for log in ("pretrain_log.jsonl", "curve.jsonl"):  # rows past the checkpoint come again
-        cut_log(out / log, step)
+        try:
+            MetricsFile(out / log).truncate_to(step + 1)  # a row's step: those it has done
+        except ValueError as e:  # a damaged line, not the torn last one: named
+            raise SystemExit(f"rookworld: pretrain: {e}") from None
     rows = encode(policy, train)
     suite = strength_suite(cfg, held_out, out)  # reads its puzzle file
     try:

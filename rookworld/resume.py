@@ -68,10 +68,11 @@ def refuse_to_overwrite(run_dir: Path) -> None:
                           "another hydra.run.dir (nothing was changed)")
 
 
-def check_resume(run_dir: Path, steps: int, logs: tuple[str, ...]) -> None:
-    """The refusals of a resume, made before it touches the run (so that a refused resume
-    records nothing): a checkpoint past `steps`, or a damaged line in one of the run's
-    `logs` (metrics and side files) that the resume would have to cut back. Raises
+def check_resume(run_dir: Path, steps: int, logs: tuple[str, ...]) -> Path | None:
+    """The checkpoint a resume continues from (`latest_checkpoint`, None: the run starts
+    over), after the refusals a resume makes before it touches the run (so that a refused
+    resume records nothing): a checkpoint past `steps`, or a damaged line in one of the
+    run's `logs` (metrics and side files) that the resume would have to cut back. Raises
     ConfigError (CheckpointError when no checkpoint can be trusted)."""
     from .run_dir import MetricsFile, latest_checkpoint, step_of
     ckpt = latest_checkpoint(run_dir)  # the one the resume continues from (files verified)
@@ -83,6 +84,7 @@ def check_resume(run_dir: Path, steps: int, logs: tuple[str, ...]) -> None:
             MetricsFile(Path(run_dir) / name).read()
         except ValueError as e:  # a damaged line: named, and the file left as it is
             raise ConfigError(f"resume: {e}") from None
+    return ckpt
 
 
 def finished_outcome(run_dir: Path, steps: int) -> dict | None:

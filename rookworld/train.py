@@ -59,7 +59,6 @@ from .run_dir import (
     RunLock,
     ensure_writable,
     fold_into,
-    latest_checkpoint,
     load_checkpoint,
     make_output_dirs,
     save_checkpoint,
@@ -190,12 +189,13 @@ def _evaluation(row: dict | None) -> dict | None:
 
 
 def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
-               suite: StrengthSuite | None = None) -> tuple:
+               suite: StrengthSuite | None = None, ckpt: Path | None = None) -> tuple:
+    """The steps from the start, or from `ckpt` (a resume's checkpoint, `check_resume`);
+    -> (outcome, first evaluation, last evaluation)."""
     main = engine.dist is None or engine.dist.is_main  # DDP: rank 0 logs, evaluates, saves
     metrics_file = MetricsFile(run_dir / "metrics.jsonl")
     samples_file = MetricsFile(run_dir / EVAL_SAMPLES)
     start, first_eval, baseline, last_eval = 0, None, None, None
-    ckpt = latest_checkpoint(run_dir) if cfg.resume else None
     if ckpt:
         state = load_checkpoint(ckpt, engine)
         start = state["next_step"]
@@ -210,16 +210,13 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
                   f"{state['cpu_matmul']}; it continues with that (not "
                   f"{forward_matmul.CPU_MATMUL}), so that it stays bit-identical", flush=True)
             runtime.use_cpu_matmul(state["cpu_matmul"])
-        try:  # (the lines were checked before the run started: check_resume)
-            if main:
-                metrics_file.truncate_to(start)
-                samples_file.truncate_to(start)
-                for lg in loggers:
-                    if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
-                        lg.resume_at(start)
-            evals = [r for r in metrics_file.read() if "eval/reward" in r]
-        except ValueError as e:  # a damaged line check_resume did not see: named
-            raise ConfigError(f"resume: {e}") from None
+        if main:  # (their lines were checked before the run started: check_resume)
+            metrics_file.truncate_to(start)
+            samples_file.truncate_to(start)
+            for lg in loggers:
+                if hasattr(lg, "resume_at"):  # side files cut back to the checkpoint too
+                    lg.resume_at(start)
+        evals = [r for r in metrics_file.read() if "eval/reward" in r]
         first_eval = _evaluation(next(iter(evals), None))
         # the newest evaluation so far: the final one when the checkpoint is the last step
         last_eval = _evaluation(next((r for r in reversed(evals) if r["step"] >= 0), None))
@@ -308,23 +305,26 @@ def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
     """Train one run in run_dir; returns its outcome and objective. Raises only for
     errors before training starts (bad config or data) or, outside sweeps, on error.
     The run holds an exclusive lock on run_dir (DDP: rank 0 holds it for all ranks)."""
-    if cfg.resume:
-        check_resume(run_dir, cfg.steps, ("metrics.jsonl", EVAL_SAMPLES, "examples.jsonl"))
+    parts = build_parts(cfg)
+    ckpt = None  # the checkpoint a resume continues from, found (and verified) once
+    if cfg.resume:  # the logs a resume cuts back: the metrics, and the loggers' side files
+        side = [lg.filename for lg in parts.loggers if hasattr(lg, "resume_at")]
+        ckpt = check_resume(run_dir, cfg.steps, ("metrics.jsonl", EVAL_SAMPLES, *side))
     else:
         refuse_to_overwrite(run_dir)
-    parts = build_parts(cfg)
     reward = instantiate(cfg.reward)  # before anything is written: a missing engine is bad input
     try:  # the run owns the reward: closing ends its engine processes, however the run ends
         ensure_writable(run_dir)
         if int(os.environ.get("RANK", "0")) != 0:
-            return _run(cfg, run_dir, multirun, parts, reward)
+            return _run(cfg, run_dir, multirun, parts, reward, ckpt)
         with RunLock(run_dir):
-            return _run(cfg, run_dir, multirun, parts, reward)
+            return _run(cfg, run_dir, multirun, parts, reward, ckpt)
     finally:
         reward.close()
 
 
-def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -> RunResult:
+def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
+         ckpt: Path | None) -> RunResult:
     try:
         runtime.setup(cfg.get("cpu_matmul", "auto"))
     except ValueError as e:
@@ -353,7 +353,7 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward) -
                               max_per_task=cfg.data.eval_per_task)
         try:
             outcome, first, last = train_loop(cfg, parts, engine, pools, evaluator, run_dir,
-                                              loggers, suite)
+                                              loggers, suite, ckpt)
         finally:  # ends the suite's and the games' Stockfish processes
             if suite is not None:
                 suite.close()

@@ -152,3 +152,7 @@ def test_the_label_pool_answers_from_the_labels():
     assert against_best(pool, PROMO_FEN, "g2f2") == (9.5, pytest.approx(0.3 - 1.0))  # unlisted
     assert EngineReward(pool)(PROMO, completion("e7e8r")).score == pytest.approx(
         0.2 + 0.8 * (1 - 0.1 / 3))
+    # labels list their moves in any order: the best is the highest eval, not the first
+    shuffled = policy_sample(PROMO_FEN, ["g2f3", "e7e8r", "e7e8q"], [0.5, 9.4, 9.5])
+    assert against_best(LabelPool([shuffled]), PROMO_FEN, "e7e8q") is None
+    assert against_best(LabelPool([shuffled]), PROMO_FEN, "g2f3") == (9.5, 0.5)

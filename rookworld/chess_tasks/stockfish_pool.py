@@ -280,8 +280,12 @@ class LabelPool:
         self.limit_label = "labels"
 
     def analyse(self, fen: str) -> Analysis:
+        """The labelled lines, best first as the engine ranks them (a label lists its
+        moves in any order)."""
         t = self.truth[fen]
-        return Analysis(tuple(t.moves), tuple(t.evals), self.limit_label)
+        lines = sorted(zip(t.moves, t.evals), key=lambda line: -line[1])
+        return Analysis(tuple(m for m, _ in lines), tuple(e for _, e in lines),
+                        self.limit_label)
 
     def evaluate_after(self, fen: str, move: str) -> float:
         t = self.truth[fen]
