@@ -143,3 +143,17 @@ def test_a_sweep_run_twice_holds_distinct_points(tiny_overrides, tmp_path):
     points = {tuple(sorted((k, v) for k, v in t.params.items() if k != "sweep.trial"))
               for t in trials}
     assert len(trials) == 6 and len(points) == 6
+
+
+def test_a_sweep_whose_every_trial_fails_ends_in_a_message(tiny_overrides, tmp_path):
+    """No trial completes (a final-evaluation key no run writes): the sweep names the study's
+    state and the report command, instead of Optuna's traceback for a missing best trial."""
+    out = _train([*tiny_overrides, "steps=1", "batch_size=4", "hydra.sweeper.params=null",
+                  "hydra.sweeper.n_trials=1", "sweep.enqueue=[]", "sweep.objective=eval/nope"],
+                 cwd=tmp_path)
+    study_dir = tmp_path / "multirun" / "grpo_stability"
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "Record does not exist" not in out.stderr
+    assert "no trial of study 'grpo_stability' has completed (1 failed)" in out.stderr
+    assert "python -m rookworld.sweeps.report multirun/grpo_stability" in out.stderr
+    assert [t.state.name for t in _trials(f"sqlite:///{study_dir}/optuna.db")] == ["FAIL"]
