@@ -57,9 +57,9 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
 
 def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     """x normalised to mean 0 and std 1 over the masked entries (unbiased std, as TRL's
-    and verl's masked_whiten); zero off the mask."""
+    and verl's masked_whiten); zero off the mask, and zero everywhere for an empty mask."""
     mask = mask.to(x.dtype)
-    n = mask.sum()
+    n = mask.sum().clamp_min(1)
     mean = (x * mask).sum() / n
     var = (((x - mean) * mask) ** 2).sum() / (n - 1).clamp_min(1)
     return (x - mean) * torch.rsqrt(var + eps) * mask

@@ -100,6 +100,7 @@ def test_whitening_and_explained_variance():
     assert ppo.explained_variance(x, x, mask) == pytest.approx(1.0)
     assert ppo.explained_variance(torch.zeros_like(x) + 3.0, x, mask) == pytest.approx(0.0)
     assert math.isnan(ppo.explained_variance(x, torch.ones_like(x), mask))
+    assert torch.equal(ppo.whiten(x, torch.zeros_like(mask)), torch.zeros_like(x))  # no token
 
 
 def test_rloo_is_each_reward_minus_the_mean_of_the_others():
