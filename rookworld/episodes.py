@@ -7,9 +7,12 @@ moves repeat, so a resumed run replays the same games), all live games' position
 decoding together each half-move. A game ends at checkmate, a draw on the board, an
 illegal or unparseable B: move (the mover loses) or `max_plies` half-moves (an
 adjudicated draw). Every model move is a P row of
-the step's batch; under `env=model` every legal move also asks the model's A task for
-the next state, scored by the run's reward against the python-chess oracle, and the game
-goes on from the oracle's state either way.
+the step's batch; under `env=model` every legal move of the model's (not the opponent's)
+also asks the model's A task for the next state, scored by the run's reward against the
+python-chess oracle, and the game goes on from the oracle's state either way. A game ends
+at a threefold repetition or the fifty-move rule once it has happened, where the oracle's
+truth for that last move still says the game goes on (it follows `board.is_game_over()`,
+which waits for a claim: docs/formats.md).
 
 Advantages (`episode_advantages`): each side a model played in a game gets the game's
 result from its point of view (win, draw, loss; an illegal move loses for its mover, and
@@ -314,14 +317,17 @@ def _push(g: Game, move: chess.Move, max_plies: int) -> None:
 
 
 def episode_metrics(games: list[Game], rows: list[Sample]) -> dict:
-    """games/*: the model's score per side it played, endings, half-moves per game."""
+    """games/*: the model's score per side it played, endings, half-moves per game. The
+    step's reward/P/* is each model move's legality (a P row's own reward), reward/A/* the
+    A rows' scores."""
     scores = [g.score(c, Games(win=1.0, draw=0.5, loss=0.0))
               for g in games for c in (chess.WHITE, chess.BLACK)
               if g.model_colour in (None, c) and any(cc == c for _, cc, _ in g.moves)]
     plies = [len(g.board.move_stack) for g in games]
     n = len(games)
     return {"games/score": sum(scores) / max(len(scores), 1),
-            "games/illegal_end_share": sum(g.offender is not None for g in games) / n,
+            "games/illegal_end_share": sum(g.termination == ILLEGAL for g in games) / n,
+            "games/no_move_end_share": sum(g.termination == UNPARSEABLE for g in games) / n,
             "games/ply_limit_share": sum(g.termination == PLY_LIMIT for g in games) / n,
             "games/plies_mean": sum(plies) / n,
             "games/legal_move_share": sum(ok for g in games for *_, ok in g.moves)

@@ -10,7 +10,7 @@ import pytest
 from test_faults import assert_same_run, comparable, crash_at, one_thread  # noqa: F401
 
 from rookworld.config import compose
-from rookworld.episodes import Game, Games, episode_advantages, play_games
+from rookworld.episodes import Game, Games, episode_advantages, episode_metrics, play_games
 from rookworld.rewards.continuous import ContinuousReward
 from rookworld.train import resolve_resume, run
 
@@ -65,6 +65,17 @@ def test_games_end_at_mate_stalemate_an_illegal_or_no_move_and_the_ply_limit():
                     START, max_plies=2)
     assert {(g.result, g.termination) for g in limited} == {("1/2-1/2", "ply limit")}
     assert all(len(g.board.move_stack) == 2 and len(g.moves) == 2 for g in limited)
+
+
+def test_the_ending_shares_tell_an_illegal_move_from_a_missing_one():
+    illegal = play_games(ScriptedEngine({}), [START], 0, Games())
+    none = play_games(ScriptedEngine({START: " M: e2e4  E: 0.3"}), [START], 0, Games())
+    assert {k: v for k, v in episode_metrics(illegal.games, illegal.rows).items()
+            if k.endswith("end_share")} == {"games/illegal_end_share": 1.0,
+                                            "games/no_move_end_share": 0.0}
+    assert {k: v for k, v in episode_metrics(none.games, none.rows).items()
+            if k.endswith("end_share")} == {"games/illegal_end_share": 0.0,
+                                            "games/no_move_end_share": 1.0}
 
 
 def test_against_the_random_mover_the_model_plays_one_side_per_game():
