@@ -140,6 +140,15 @@ def test_stats_wilson_median_and_elo():
     assert zero["elo"] is None and zero["low"] is None and zero["high"] < 1350
 
 
+def test_wilson_bounds_are_exact_at_none_and_all_so_the_elo_has_one_bound():
+    for n in range(1, 301):
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
+    lost = elo_estimate([0.0] * 11, 1350)  # 11 and 6: the formula's rounding missed 0 and 1
+    won = elo_estimate([1.0] * 6, 1350)
+    assert lost["low"] is None and lost["high"] < 1350
+    assert won["high"] is None and won["low"] > 1350
+
+
 @pytest.mark.usefixtures("stockfish")
 def test_engine_opponent_at_its_floor_restarts_a_killed_process_and_ends_its_engines():
     with EngineOpponent(seconds=0.01, processes=1) as engine:

@@ -82,6 +82,17 @@ def test_a_line_is_solved_only_when_every_answer_is_right(tmp_path):
     assert wrong.first and not wrong.line
 
 
+def test_castling_written_as_the_king_taking_its_rook_is_read_as_the_kings_move(tmp_path):
+    castle = "4k3/7p/8/8/8/8/8/4K2R b K - 0 1"
+    (p,) = read_puzzles(write(tmp_path, f"c,{castle},h7h6 e1h1,10000000,80,90,100,x,u,")
+                        ).puzzles
+    assert p.solution == ("e1g1",) and p.band == BANDS[-1][0]  # any rating has a band
+    (right,) = solve([p], lambda fens: ["e1g1"] * len(fens))
+    (rooks,) = solve([p], lambda fens: ["e1h1"] * len(fens))
+    assert right.first and not right.illegal
+    assert rooks.illegal and not rooks.first  # not canonical UCI: illegal, never right
+
+
 def test_illegal_and_missing_answers_are_counted_apart(tmp_path):
     puzzles = read_puzzles(write(
         tmp_path, f"p1,{SCHOLAR},b8c6 h5f7,600,80,90,100,mate,u,")).puzzles

@@ -136,6 +136,23 @@ def test_the_loss_change_is_paired_on_the_positions_both_models_answered_legally
     assert any(r.startswith("| eval/strength/acpl | 112.500") for r in rows)
 
 
+def test_a_sampled_measure_repeats_for_its_seed_whatever_the_measures_before_it(tmp_path):
+    """At a temperature above 0 each measure's player is seeded anew: self-play's games are
+    the same whether or not games against the random mover drew from a player first."""
+    policy, games = load_embedded(), []
+    for random_games in (0, 2):
+        out = tmp_path / str(random_games)
+        suite = StrengthSuite(small(puzzles=0, acpl_positions=0, random_games=random_games,
+                                    modes=["free"], temperature=1.0, seed=3), [], out)
+        with suite:
+            suite(policy, per_task_settings()["P"], label="m")
+        report = json.loads((out / "m" / "strength.json").read_text())
+        games.append(report["free"]["games"]["selfplay"]["games"])
+    assert games[0] == games[1]
+    assert (tmp_path / "0" / "m" / "games_selfplay_free.pgn").read_text() == \
+        (tmp_path / "2" / "m" / "games_selfplay_free.pgn").read_text()
+
+
 def test_the_greedy_player_is_deterministic_and_reads_the_b_move():
     policy = load_embedded()
     player = ModelPlayer(policy, per_task_settings()["P"])

@@ -13,6 +13,7 @@ accepts any mating move: a mate-in-1 has no single answer).
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..chess_tasks import legal_move
 REQUIRED = ("PuzzleId", "FEN", "Moves", "Rating", "Themes")
 # rating bands of the report: (label, low inclusive, high exclusive)
 BANDS = (("<1000", 0, 1000), ("1000-1499", 1000, 1500), ("1500-1999", 1500, 2000),
-         (">=2000", 2000, 10 ** 6))
+         (">=2000", 2000, math.inf))
 # themes reported on their own (a puzzle counts under each of its themes listed here)
 THEMES = ("mateIn1", "mateIn2", "mateIn3", "fork", "pin", "skewer", "hangingPiece",
           "discoveredAttack", "sacrifice", "defensiveMove", "opening", "middlegame", "endgame")
@@ -79,6 +80,7 @@ def _parse_row(row: dict, line: int) -> Puzzle:
             raise ValueError(f"move {i + 1} {uci!r} is not UCI") from None
         if not board.is_legal(move):
             raise ValueError(f"move {i + 1} {uci} is illegal in {board.fen()}")
+        moves[i] = board.uci(move)  # castling as the king's two-square move (e1h1 -> e1g1)
         board.push(move)
     after = chess.Board(row["FEN"])
     after.push_uci(moves[0])
@@ -126,11 +128,11 @@ def is_right(board: chess.Board, answer: str | None, listed: str) -> bool:
     """The solver's answer is the listed move, or any legal move that mates."""
     if not answer:
         return False
-    if answer == listed:
-        return True
     move = legal_move(board, answer)
     if move is None:
         return False
+    if answer == listed:
+        return True
     board = board.copy(stack=False)
     board.push(move)
     return board.is_checkmate()

@@ -12,13 +12,17 @@ from ..held_out import Z, t95
 
 
 def wilson(k: float, n: int, z: float = Z) -> tuple[float, float]:
-    """~95% Wilson score interval of a share k/n ((0, 1) for n = 0)."""
+    """~95% Wilson score interval of a share k/n ((0, 1) for n = 0); its bound is exactly 0
+    at k = 0 and exactly 1 at k = n (the formula's rounding leaves 1e-17 off, which
+    `elo_estimate` would read as a finite Elo bound)."""
     if n == 0:
         return 0.0, 1.0
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if k <= 0 else max(0.0, centre - half)
+    high = 1.0 if k >= n else min(1.0, centre + half)
+    return low, high
 
 
 def mean_interval(values: list[float]) -> tuple[float, float]:

@@ -156,14 +156,17 @@ class StrengthSuite:
         """-> (metrics, per-sample values, markdown report) of one model."""
         metrics, values, report = {}, {}, {}
         for mode in self.s.modes:
-            player = ModelPlayer(policy, p_settings, mode, self.s.temperature, self.s.seed)
+            # a fresh player (its generator seeded anew) for each measure, so that a sampled
+            # measure repeats for a seed whatever the measures before it drew
+            def player(mode=mode):
+                return ModelPlayer(policy, p_settings, mode, self.s.temperature, self.s.seed)
             suffix = "" if mode == "free" else "_masked"
             part = {}
             if self.puzzle_set and self.puzzle_set.puzzles:
-                part["puzzles"] = self._puzzles(player, mode)
+                part["puzzles"] = self._puzzles(player(), mode)
             part["games"] = self._games(player, mode, label)
             if self.acpl_fens:
-                part["acpl"] = self._acpl(player, mode)
+                part["acpl"] = self._acpl(player(), mode)
             report[mode] = part
             for name, vals in per_item_values(part).items():
                 if not vals:  # e.g. no legal answer to take a centipawn loss of
@@ -201,7 +204,7 @@ class StrengthSuite:
         return {"file": self.puzzle_set.path, "skipped": len(self.puzzle_set.skipped),
                 "rows": rows}
 
-    def _games(self, player, mode: str, label: str) -> dict:
+    def _games(self, new_player, mode: str, label: str) -> dict:
         s, out = self.s, {}
         plan = [("random", s.random_games), ("engine", s.engine_games),
                 ("selfplay", s.selfplay_games)]
@@ -217,7 +220,7 @@ class StrengthSuite:
                 openings = [self.openings[(i // 2) % len(self.openings)] for i in range(n)]
                 colours = [chess.WHITE if i % 2 == 0 else chess.BLACK for i in range(n)]
             with self._bar(n, f"games {kind} ({mode})") as bar:
-                records = play_games(openings, colours, player, f"rookworld:{label}",
+                records = play_games(openings, colours, new_player(), f"rookworld:{label}",
                                      opponent, s.max_plies, progress=bar.update)
             if self.out_dir is not None:
                 write_pgn(records, self.out_dir / label / f"games_{kind}_{mode}.pgn",
