@@ -135,7 +135,7 @@ class GRPOEngine:
         r = merge_rollouts(parts, len(rows), self.policy.eos_id)
         temps = torch.tensor([self.sampling[s.task].temperature or 1.0 for s in rows],
                              device=self.device)
-        if self.amp is not None:  # as in rollout: the update's pass, ratio 1
+        if self.amp is not None:  # as in rollout: a teacher-forced pass, as the reference's
             r.logprobs = self.logprobs(self.model, r, temps)
         ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
         loss_mask = r.completion_mask.float()
@@ -166,8 +166,8 @@ class GRPOEngine:
         rows = [s for s in samples for _ in range(self.G)]
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
-        if self.amp is not None:  # the sampler's cached steps round differently under autocast:
-            r.logprobs = self.logprobs(self.model, r, temps)  # the update's pass: ratio 1
+        if self.amp is not None:  # the sampler's cached steps round apart under autocast: a
+            r.logprobs = self.logprobs(self.model, r, temps)  # teacher-forced pass, as the ref's
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's
@@ -328,14 +328,22 @@ class GRPOEngine:
         return ref_logits.float().to(self.device) / b.temperature[rows, None, None]
 
     def chunk_loss(self, b: Batch, rows: slice, beta: float,
-                    logits_fn: Callable[[], Tensor] | None = None):
-        """`grpo.compute_loss` for the rows, from the forward (or the rollout's tape)."""
+                    logits_fn: Callable[[], Tensor] | None = None, first: bool = False):
+        """`grpo.compute_loss` for the rows, from the forward (or the rollout's tape).
+
+        first: the batch's first iteration, whose policy is the one that sampled. Its old
+        log-probs are then this forward's own, detached, and kept for later iterations, so
+        the ratio starts at exactly 1: the sampler's cached one-token steps round bf16
+        products (and autocast) apart from a teacher-forced pass, by up to ~0.1 nats."""
         a = self.algorithm
         logits = logits_fn() if logits_fn else self._forward(b, rows)
+        ids = b.rollout.completion_ids[rows]
+        if first:
+            b.rollout.logprobs[rows] = grpo.token_logprobs(logits.detach(), ids)
         ref_lp = b.ref_logprobs[rows] if b.ref_logprobs is not None else None
         full = ref_lp is not None and a.kl_estimator in grpo.FULL_ESTIMATORS
         return grpo.compute_loss(
-            logits, b.rollout.completion_ids[rows], b.rollout.logprobs[rows],
+            logits, ids, b.rollout.logprobs[rows],
             b.advantages[rows], b.loss_mask[rows], ref_lp,
             self._ref_logits(b, rows) if full else None, loss=a.loss, beta=beta,
             kl_estimator=a.kl_estimator, entropy_coef=a.entropy_coef)
@@ -368,7 +376,7 @@ class GRPOEngine:
                     w = self._weight(b, rows)
                     w_tokens = self._weight(b, rows, "token_mean")
                     with self._no_sync(j < len(chunks) - 1):
-                        loss, parts = self.chunk_loss(b, rows, beta, logits_fn)
+                        loss, parts = self.chunk_loss(b, rows, beta, logits_fn, it == 0)
                         (loss * (w * world)).backward()
                     total += float(loss.detach()) * w
                     for k, v in parts.items():

@@ -4,15 +4,20 @@ contexts that apply it.
 hf backend: auto is bfloat16 autocast on a CUDA device with native bf16 (compute capability
 8+), float32 elsewhere; bf16 is bfloat16 autocast on every device, CPU included. Under
 autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
-update computes them, so the policy ratio starts at 1. fast_gpt2 (CPU): bf16 runs its
-matrix products in bfloat16 on a CPU with native bf16 and is refused elsewhere; auto does
-so only where bf16 products beat float32 (`cpu_bf16_is_faster`) and keeps float32 elsewhere
-(`products_dtype`, `fast_gpt2.matmul.low_precision`),
-sampling, reference pass and update alike, so the ratio starts at 1 without that pass;
-held-out evaluations stay float32. off: float32
-throughout. The reference runs at the policy's precision. Weights, optimiser state and the
-loss's log-softmax stay float32 in every case; only the matrix products run in bfloat16,
-so no gradient scaling is needed.
+reference's are taken, so the KL the rewards pay (PPO's kl_penalty=reward) starts at 0.
+fast_gpt2 (CPU): bf16 runs its matrix products in bfloat16 on a CPU with native bf16 and is
+refused elsewhere; auto does so only where bf16 products beat float32
+(`cpu_bf16_is_faster`) and keeps float32 elsewhere (`products_dtype`,
+`fast_gpt2.matmul.low_precision`), for sampling, reference pass and update alike; held-out
+evaluations stay float32. off: float32 throughout. The reference runs at the policy's
+precision. Weights, optimiser state and the loss's log-softmax stay float32 in every case;
+only the matrix products run in bfloat16, so no gradient scaling is needed.
+
+In bfloat16 the sampler's cached one-token steps, a teacher-forced pass and the update's
+differentiable pass round apart (by up to ~0.1 nats a token). The update's first iteration
+therefore takes its old log-probs from its own forward (`GRPOEngine.chunk_loss`), so the
+policy ratio starts at exactly 1 under every setting; the KL to the reference at step 0
+reads bf16 rounding (kl/k3 about 2e-5 on the embedded model) instead of 0.
 """
 
 from __future__ import annotations

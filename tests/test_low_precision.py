@@ -84,6 +84,30 @@ def test_the_engine_samples_and_scores_in_bf16_within_its_rounding(tiny_override
 
 
 @native
+@pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
+def test_with_bf16_products_the_first_update_starts_at_ratio_one(tiny_overrides, algorithm):
+    """The sampler's cached one-token steps and the update's teacher-forced pass round bf16
+    products apart; the first iteration takes its old log-probs from its own forward, so
+    the ratio is exactly 1 and GSPO's tight clip does not act before the policy moves."""
+    from rookworld.data.load import read_samples
+
+    cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16", "rollout_tape_mib=0",
+                                    f"algorithm={algorithm}", "sampler.temperature=1.0"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
+    with low_precision(engine.products):
+        batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
+        sampled = batch.rollout.logprobs.clone()
+        teacher = engine.logprobs(engine.model, batch.rollout, batch.temperature)
+        m = engine.update(batch, 0)
+    mask = batch.rollout.completion_mask.bool()
+    assert not torch.equal(sampled[mask], teacher[mask])  # the two passes do round apart
+    assert m["policy/ratio_max"] == 1.0 and m["policy/ratio_mean"] == 1.0
+    assert m["policy/clip_frac_low"] == m["policy/clip_frac_high"] == 0.0
+
+
+@native
 def test_a_run_updates_in_bf16_and_evaluates_in_float32(tiny_overrides, tmp_path, monkeypatch):
     from rookworld import train
     from rookworld.backends.fast_gpt2 import matmul
