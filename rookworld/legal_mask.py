@@ -174,6 +174,9 @@ class LegalMoveConstraint:
             kept = logits[r, c]
             logits[torch.tensor(list(self.field), device=device)] = float("-inf")
             logits[r, c] = kept
+        if v > len(self.index.texts) and self.before:  # outputs no token stands for (a
+            before = torch.tensor(list(self.before), device=device)  # padded output layer)
+            logits[before, len(self.index.texts):] = float("-inf")
         if self.checks_before:
             rows, cols = [], []
             for row, (root, last) in self.before.items():

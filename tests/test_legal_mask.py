@@ -215,6 +215,21 @@ def test_a_constraint_of_free_rows_changes_nothing(embedded):
     assert torch.equal(plain.logprobs, with_c.logprobs)
 
 
+def test_outputs_past_the_tokenizer_are_never_written_by_a_constrained_row():
+    """A model whose output layer is wider than its tokenizer (a padded embedding): the
+    constraint bans the outputs no token stands for, so a row never samples one."""
+    tok = build_char_tokenizer()
+    width = len(tok) + 32
+    policy = SimpleNamespace(tokenizer=tok, eos_id=tok.eos_token_id)
+    constraint = legal_move_constraint(policy, [chess.STARTING_FEN])
+    logits = torch.zeros(1, width)
+    logits[0, width - 1] = 50.0  # the model's favourite output has no token
+    greedy = SamplingSettings(temperature=0.0, max_new_tokens=30)
+    r = decode_tokens(logits, lambda t, step: logits.clone(), greedy, tok.eos_token_id, None,
+                      constraint)
+    assert int(r[0].max()) < len(tok)
+
+
 def test_both_backends_decode_the_same_masked_moves(embedded, p_samples):
     """The hf backend applies the constraint as the fast sampler does: greedy masked
     completions agree, and every B: move is legal."""

@@ -5,7 +5,8 @@ prompts (`sample` -> `sampling.Rollout`), the log-probs of given completions wit
 gradients (`logprobs`: the reference and old-policy passes), and the teacher-forced
 logits over the completion as a module (`logits_module`: the update's forward, with
 gradients, and the full_* KL estimators' reference logits). Temperatures follow the
-sampler: log-probs and logits are those of logits / temperature (0 counts as 1).
+sampler: log-probs and logits are those of logits / temperature, a tensor of each row's
+(the engine passes 1 for a greedy task, whose sampled tokens are scored at temperature 1).
 
 `fast_gpt2` (rookworld's own GPT-2 on CPU: functional forward, native kernels, rollout
 tape) and `hf` (any transformers causal LM, any device) implement it, both taking token
