@@ -233,6 +233,17 @@ def test_defective_rows_are_counted_and_reported_and_the_rest_used(tiny_override
     assert "bad_fen" in capsys.readouterr().out  # printed too
 
 
+def test_the_report_counts_positions_in_both_splits_whatever_their_move_counters(
+        tiny_overrides, tmp_path):
+    later = START.replace(" 0 1", " 4 9")  # the same position after moves that went back
+    train = _write(tmp_path / "train.txt", [GOOD_P, GOOD_A])
+    held_out = _write(tmp_path / "eval.txt", [_p_line(later, ["e2e4", "d2d4"], [0.3, 0.2]),
+                                               GOOD_A])
+    _run_with_train(tmp_path, tiny_overrides, train, ["dry_run=true", f"data.eval={held_out}"])
+    report = json.loads((tmp_path / "run" / "data_report.json").read_text())
+    assert report["positions_in_both_splits"] == 1  # the start position, by both tasks
+
+
 def test_defective_eval_split_alone_is_an_error(tiny_overrides, tmp_path, no_model):
     bad = _write(tmp_path / "eval.txt", DEFECTIVE["illegal_move"])
     overrides = [o for o in tiny_overrides if not o.startswith("data.eval=")]

@@ -37,6 +37,16 @@ def test_check_policy_classes():
     assert check_policy("not a fen", ("e2e4",), (0.1,), "e2e4") == ["bad_fen"]
     ep = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"
     assert check_policy(ep, ("e7e5",), (0.0,), "e7e5") == ["fen_not_canonical"]
+    nan, inf = float("nan"), float("inf")  # JSON reads NaN and Infinity
+    assert check_policy(START, ("e2e4", "d2d4"), (nan, 0.2), "e2e4") == ["bad_eval"]
+    assert check_policy(START, ("e2e4",), (inf,), "e2e4") == ["bad_eval"]
+    six = ("e2e4", "d2d4", "g1f3", "c2c4", "b1c3", "g2g3")
+    assert check_policy(START, six, (0.3, 0.2, 0.2, 0.1, 0.0, 0.0), "e2e4") == ["too_many_moves"]
+    castle = "4k3/8/8/8/8/8/8/4K2R w K - 0 1"  # e1h1: the king taking its rook, not canonical
+    assert check_policy(castle, ("e1g1",), (0.5,), "e1g1") == []
+    assert check_policy(castle, ("e1h1",), (0.5,), "e1h1") == ["illegal_move"]
+    # tied for the top eval: the sample's B: is the first listed, so a later one is relabelled
+    assert check_policy(START, ("e2e4", "d2d4"), (0.3, 0.3), "d2d4") == ["best_not_argmax"]
 
 
 def test_check_env_classes():

@@ -143,7 +143,21 @@ def test_parse_policy_line_never_raises(text):
     assert isinstance(fen, str) and (parsed.ok or parsed.reason)
 
 
+def test_numbers_are_plain_decimals_not_all_that_float_reads():
+    assert parse_policy("M: e2e4  E: -0.25  B: e2e4").evals == (-0.25,)
+    for junk in ("1_0", "5e-1", "nan", "inf", "+0.3", "0x1"):
+        assert not parse_policy(f"M: e2e4  E: {junk}  B: e2e4").ok, junk
+
+
 # ---------------------------------------------------------------- the A parser
+
+def test_a_fen_is_six_fields_and_a_reward_a_plain_decimal():
+    assert parse_env("8/8/8/8/8/8/8/K6k w - - 0 1+0.5+1+0").ok
+    # python-chess fills in the fields of a bare placement: not a FEN of the format
+    assert not parse_env("8/8/8/8/8/8/8/K6k+0.001+0+0").ok
+    for junk in ("5e-1", "0_1.0", "nan"):
+        assert not parse_env(f"8/8/8/8/8/8/8/K6k w - - 0 1+{junk}+1+0").ok, junk
+
 
 @given(hostile)
 def test_parse_env_never_raises(text):

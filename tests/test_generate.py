@@ -162,10 +162,11 @@ def test_kind_shares_never_choose_more_positions_than_asked():
         assert [kinds[p.key] for p in chosen if p.fen == in_check] == ["check"]
 
 
-def test_kind_shares_are_checked_before_any_game_is_played(tmp_path):
+def test_kind_shares_and_multipv_are_checked_before_any_game_is_played(tmp_path):
     for bad, match in ((["p_kinds.check=0.8", "p_kinds.only_move=0.5"], "sum to <= 1"),
                        (["p_kinds.only_move=0.2", "only_move_gap=0"], "only_move_gap"),
                        (["p_kinds.only_move=0.2", "engine.multipv=1"], "multipv"),
+                       (["engine.multipv=6"], r"multipv must lie in 1\.\.5"),
                        (["+p_kinds.pinned=0.1"], "unknown kind")):
         with pytest.raises(ValueError, match=match):
             run(_cfg(tmp_path / "x", tmp_path / "cache", *bad))

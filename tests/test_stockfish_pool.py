@@ -58,7 +58,7 @@ def test_cache_returns_same_object(pool):
 
 
 def test_evaluate_after_side_to_move_view(pool):
-    assert pool.evaluate_after(MATE_IN_1, "a1a8") == pytest.approx(999.99)
+    assert pool.evaluate_after(MATE_IN_1, "a1a8") == 1000.0  # mate given: Mate(-0)
     top = pool.analyse(chess.STARTING_FEN)
     blunder = pool.evaluate_after(chess.STARTING_FEN, "g2g4")
     assert "g2g4" not in top.moves  # searched after the move, from the mover's view
@@ -113,13 +113,19 @@ def test_nodes_limit_in_label(engine_pool):
     assert len(p.analyse(chess.STARTING_FEN).moves) == 5
 
 
+def test_a_mate_given_beats_a_mate_on_the_next_turn(engine_pool):
+    fen = "7k/8/6K1/8/8/8/8/QR6 w - - 0 1"  # Rb8# mates at once; Qa4 mates a move later
+    best, slower = against_best(engine_pool(processes=1, depth=8), fen, "a1a4")
+    assert best == 1000.0 and slower == pytest.approx(999.99)
+
+
 def test_evaluate_after_outside_top_lines(engine_pool):
     two_mates = "6k1/5ppp/8/8/8/8/5PPP/R3R1K1 w - - 0 1"  # Ra8# and Re8#
     queen_hang = "4k3/7r/8/8/8/8/3Q4/4K3 w - - 0 1"  # Qd7+?? Kxd7: rook vs nothing
     p = engine_pool(processes=1, depth=4, multipv=1)
     (top,) = p.analyse(two_mates).moves
     other = ({"a1a8", "e1e8"} - {top}).pop()
-    assert p.evaluate_after(two_mates, other) == pytest.approx(999.99)  # mate given
+    assert p.evaluate_after(two_mates, other) == 1000.0  # mate given
     assert p.evaluate_after(queen_hang, "d2d7") < -5  # mover's view: lost
 
 

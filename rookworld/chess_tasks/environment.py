@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import chess
 
+from .policy import NUMBER_RE
 from .sample import EnvTruth, Sample
 
 HISTORY_LEN = 10
@@ -91,10 +92,10 @@ def _flag(tok: str) -> int | None:
 
 
 def _reward(tok: str) -> float | None:
-    try:
-        x = float(tok.strip())
-    except ValueError:
+    tok = tok.strip()
+    if not NUMBER_RE.match(tok):  # float() would read 5e-1 or 0_1.0 as 0.5 and 1.0
         return None
+    x = float(tok)
     return x if x in REWARD_VALUES.values() else None
 
 
@@ -108,9 +109,9 @@ def parse_env(completion: str) -> ParsedEnv:
         return ParsedEnv(False, reason="not a string")
     parts = completion.split("+")
     fen = parts[0].strip()
-    try:
+    try:  # all six fields: python-chess fills in the missing ones of a shorter FEN
         chess.Board(fen)
-        fen_valid = bool(fen)
+        fen_valid = len(fen.split()) == 6
     except ValueError:
         fen_valid = False
     reward = _reward(parts[1]) if len(parts) > 1 else None

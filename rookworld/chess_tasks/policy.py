@@ -15,6 +15,7 @@ from .sample import PolicyTruth, Sample
 FEN_WIDTH, MOVES_WIDTH, EVALS_WIDTH = 90, 30, 40
 MAX_MOVES = 5  # the engine's MultiPV lines: a longer list is malformed, not more credit
 UCI_RE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
+NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?$")  # a plain decimal: no exponent, underscore or sign +
 MAX_COMPLETION_CHARS = 1024  # a P completion is ~125 characters; longer input is malformed
 
 
@@ -87,11 +88,8 @@ class ParsedPolicy:
 
 
 def _parse_float(tok: str) -> float | None:
-    try:
-        x = float(tok)
-    except ValueError:
-        return None
-    return x if x == x and abs(x) != float("inf") else None
+    """A plain decimal number (`NUMBER_RE`): Python's float() also reads 1_0, 5e-1 and nan."""
+    return float(tok) if NUMBER_RE.match(tok) else None
 
 
 def parse_policy(completion: str) -> ParsedPolicy:

@@ -203,9 +203,10 @@ class EnginePool:
 
     def evaluate_after(self, fen: str, move: str) -> float:
         """Eval (pawns, side to move's view) of playing `move` in `fen`: minus the eval of
-        the position after it at the pool's limit, whatever the move (mate given = 999.99,
-        a draw on the board = 0.0), so that two moves of one position compare at the same
-        depth. Raises ValueError for an illegal move.
+        the position after it at the pool's limit, whatever the move (mate given = 1000.0,
+        as the search reads the mated side's Mate(-0), above the 999.99 of a move that mates
+        on the next turn; a draw on the board = 0.0), so that two moves of one position
+        compare at the same depth. Raises ValueError for an illegal move.
 
         Not `root_moves=[move]`: Stockfish 15.1 reports bogus scores for a single
         searchmove (startpos g1h3 at depth 8: +3.84)."""
@@ -215,7 +216,7 @@ class EnginePool:
             raise ValueError(f"{move} is not legal in {fen}")
         board.push(mv)
         if board.is_checkmate():
-            return (MATE_SCORE - 1) / 100  # as analyse() reads a mate in 1
+            return MATE_SCORE / 100
         if board.is_game_over():
             return 0.0
 

@@ -3,10 +3,11 @@
 The bundled train split (100,000 rows) takes a minute or more to validate on two cores
 and under ten seconds to read back. A file's samples and defect report are kept under
 ROOKWORLD_DATA_CACHE (default ~/.cache/rookworld/data; `off` disables it), keyed by the
-file's bytes, its name, the load settings and the source of the code that validates
-(rookworld/data/, rookworld/chess_tasks/): any change to one of them validates again.
-The entries are pickles written by this code into the user's own cache, the same trust
-as the native kernels' build cache; an unreadable entry is validated again and replaced.
+file's bytes, its name, the load settings, the source of the code that validates
+(rookworld/data/, rookworld/chess_tasks/) and python-chess's version: any change to one
+of them validates again. The entries are pickles written by this code into the user's own
+cache, the same trust as the native kernels' build cache; an unreadable entry is validated
+again and replaced.
 Processes that miss the same entry at once (parallel sweep trials, test workers) take turns
 on a lock beside it: the first validates, the others read its entry.
 """
@@ -43,7 +44,10 @@ def code_digest() -> str:
 
 
 def entry_path(root: Path, path: Path, settings: tuple) -> Path:
-    h = hashlib.sha256(f"{code_digest()}\0{path}\0{settings!r}\0".encode())
+    import chess  # its rules validate the rows: another version validates again
+
+    key = f"{code_digest()}\0{chess.__version__}\0{path}\0{settings!r}\0"
+    h = hashlib.sha256(key.encode())
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

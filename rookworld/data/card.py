@@ -67,7 +67,8 @@ def write_card(path: Path, cfg: DictConfig, splits: dict[str, list], limit_label
         f"0-{cfg.style.random_opening_plies} plies random; P positions deduplicated on "
         "placement/side/castling/en passant.",
         f"- Split: eval = positions whose sha1(FEN without counters) < {cfg.eval_fraction} "
-        "(`rookworld.data.splits`); no position is in both splits.",
+        "(`rookworld.data.splits`); no prompt position is in both splits (an A sample's "
+        "answer FEN may be a prompt of the other split: the split is by position, not game).",
         "- Rows: `Sample.to_json()`, gzip JSON lines.", "",
         "## Counts", "", *summary(splits),
         "## Checksums", "",

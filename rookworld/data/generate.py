@@ -23,6 +23,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from rookworld.chess_tasks.policy import MAX_MOVES
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from rookworld.errors import ConfigError, check_not_shipped
 
@@ -111,6 +112,9 @@ def write_jsonl_gz(path: Path, samples) -> None:
 
 
 def run(cfg: DictConfig) -> dict:
+    if not 1 <= cfg.engine.multipv <= MAX_MOVES:  # the M: field holds the engine's lines
+        raise ValueError(f"engine.multipv must lie in 1..{MAX_MOVES} (the P task lists at most "
+                         f"{MAX_MOVES} moves), got {cfg.engine.multipv}")
     check_p_kinds(_p_kinds(cfg), cfg.get("only_move_gap", 1.0), cfg.engine.multipv)
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     check_not_shipped(str(out), SHIPPED_DATA, cfg.get("replace_shipped", False), "out_dir")

@@ -9,6 +9,7 @@ from ..chess_tasks import Sample
 from ..config import ConfigError
 from ..files import atomic_write_text, is_hub_id
 from .loaders import load_samples
+from .splits import position_key
 
 
 def read_samples(source: str, on_defect: str = "drop", report: dict | None = None) -> list[Sample]:
@@ -47,10 +48,12 @@ def load_data(cfg, parts, run_dir: Path) -> tuple[dict[str, list[Sample]], list[
         empty = sorted(t for t in tasks if not pools[t])
         if empty:
             raise ConfigError(f"{who} needs task(s) {empty} but data.train has no such samples")
-    overlap = {s.truth.fen for s in train} & {s.truth.fen for s in held_out}
+    # positions (the FEN without move counters, as the splits are cut), not whole FENs
+    overlap = {position_key(s.truth.fen) for s in train} & \
+        {position_key(s.truth.fen) for s in held_out}
     summary = {"train": {t: len(v) for t, v in pools.items()},
                "eval": {t: sum(s.task == t for s in held_out) for t in ("P", "A")},
-               "fens_in_both_splits": len(overlap), "sources": report}
+               "positions_in_both_splits": len(overlap), "sources": report}
     if hasattr(parts.task_mix, "schedule"):
         summary["schedule"] = parts.task_mix.schedule(cfg.steps)
     run_dir.mkdir(parents=True, exist_ok=True)

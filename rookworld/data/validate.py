@@ -7,12 +7,14 @@ loader decides what to do with them (see `FIXABLE`).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 import chess
 
-from rookworld.chess_tasks.environment import HISTORY_LEN, env_completion, env_step
+from rookworld.chess_tasks.environment import HISTORY_LEN, env_completion, env_step, legal_move
+from rookworld.chess_tasks.policy import MAX_MOVES, best_of
 
 # defect class -> what it means. Classes in FIXABLE can be relabelled from the
 # record itself (argmax(E), the oracle, the canonical FEN); the rest cannot.
@@ -23,9 +25,11 @@ DEFECTS = {
     "game_over": "position has no legal move",
     "no_moves": "P: no moves",
     "eval_count": "P: number of evals differs from number of moves",
-    "illegal_move": "P: a move in M: is not legal in the position",
+    "bad_eval": "P: an eval is not a finite number",
+    "too_many_moves": f"P: more than {MAX_MOVES} moves in M: (the engine's MultiPV lines)",
+    "illegal_move": "P: a move in M: is not a legal move of the position in canonical UCI",
     "duplicate_move": "P: a move appears twice in M:",
-    "best_not_argmax": "P: B: is not the move with the highest eval",
+    "best_not_argmax": "P: B: is not the move with the highest eval (of tied ones the first)",
     "bad_history": "A: history empty, longer than 10, or not ending with the move",
     "a_completion_wrong": "A: completion differs from the python-chess oracle",
     "text_mismatch": "JSON row: prompt/completion differ from the text its truth builds",
@@ -50,18 +54,18 @@ def check_policy(fen: str, moves, evals, best: str) -> list[str]:
         return defects + ["no_moves"]
     if len(evals) != len(moves):
         defects.append("eval_count")
+    finite = all(isinstance(e, (int, float)) and math.isfinite(e) for e in evals)
+    if not finite:  # JSON reads NaN and Infinity; no comparison with them means anything
+        defects.append("bad_eval")
+    if len(moves) > MAX_MOVES:
+        defects.append("too_many_moves")
     if len(set(moves)) != len(moves):
         defects.append("duplicate_move")
     if not all(_legal(board, m) for m in moves):
         defects.append("illegal_move")
-    elif len(evals) == len(moves) and best_value(moves, evals, best) < max(evals):
-        defects.append("best_not_argmax")
+    elif finite and len(evals) == len(moves) and best != best_of(moves, evals):
+        defects.append("best_not_argmax")  # the sample's B: is best_of's: a change is counted
     return defects
-
-
-def best_value(moves, evals, best: str) -> float:
-    """The eval of `best` (-inf when best is not among the moves)."""
-    return evals[moves.index(best)] if best in moves else float("-inf")
 
 
 def check_env(fen: str, move: str, history, completion: str) -> list[str]:
@@ -80,10 +84,9 @@ def check_env(fen: str, move: str, history, completion: str) -> list[str]:
 
 
 def _legal(board: chess.Board, uci: str) -> bool:
-    try:
-        return board.is_legal(chess.Move.from_uci(uci))
-    except (ValueError, TypeError):
-        return False
+    """Legal and written as the rewards read moves (`legal_move`: canonical UCI, so not
+    castling as the king taking its rook)."""
+    return isinstance(uci, str) and legal_move(board, uci) is not None
 
 
 @dataclass
