@@ -59,6 +59,7 @@ def _run(overrides: list[str]) -> dict:
     for step in range(cfg.steps):
         batch = engine.rollout(parts.task_mix.draw(pools, cfg.prompts_per_step, step, cfg.seed),
                                step)
+        sampled = batch.rollout.logprobs.clone()  # the update's first pass replaces them
         m = engine.update(batch, step)
         r = batch.rollout
         out["steps"].append({
@@ -68,7 +69,7 @@ def _run(overrides: list[str]) -> dict:
             # each row's prompt without its left padding: the padded width is a setting
             # (sampler.pad_to_multiple_of), not part of the sample
             "prompts": [ids[m.bool()].tolist() for ids, m in zip(r.prompt_ids, r.prompt_mask)],
-            "logprobs": r.logprobs.tolist(),
+            "logprobs": sampled.tolist(),
             "ref_logprobs": batch.ref_logprobs.tolist(),
             "rewards": batch.rewards.tolist(),
             "metrics": {k: m[k] for k in sorted(m) if k.split("/")[0] in ("loss", "kl", "policy")

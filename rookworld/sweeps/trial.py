@@ -125,7 +125,7 @@ def study_ref(hydra_cfg: DictConfig) -> StudyRef | None:
     """The study from the Hydra config of a running job; None when the sweeper is not
     Optuna's or keeps the study in memory (then only trial.json is written)."""
     sweeper = hydra_cfg.get("sweeper") or {}
-    if "optuna" not in str(sweeper.get("_target_", "")) or not sweeper.get("storage"):
+    if "optuna" not in str(sweeper.get("_target_", "")).lower() or not sweeper.get("storage"):
         return None
     return StudyRef(str(sweeper.storage), str(sweeper.study_name))
 
