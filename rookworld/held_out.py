@@ -231,6 +231,7 @@ class Evaluator:
                          for s, t, sc in list(zip(items, texts, scores))[:keep_examples]]
         key = f"{self.prefix}/reward"
         metrics[key], metrics[se_key(key)] = mean_se(scores_all)
+        metrics[n_key(key)] = len(scores_all)  # both tasks: its interval's t needs the count
         if per_sample is not None:
             per_sample[key] = scores_all
         return metrics, examples

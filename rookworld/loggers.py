@@ -146,7 +146,7 @@ class WandbLogger:
         self.kwargs = dict(project=project, entity=entity, group=group, job_type=job_type,
                            tags=list(tags or []), name=name)
         self.mode, self.examples_every = mode, max(int(examples_every), 1)
-        self.run, self._n_evals, self._initial = None, 0, {}
+        self.run, self._n_evals = None, 0
 
     def start(self, run_dir, config: dict) -> None:
         import wandb
@@ -165,8 +165,6 @@ class WandbLogger:
         self.run.define_metric("*", step_metric="step")
 
     def log(self, metrics: dict, step: int) -> None:
-        if step < 0 and is_eval_row(metrics):
-            self._initial = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         self.run.log({**metrics, "step": step})
 
     def log_examples(self, rows: list[dict], step: int) -> None:
@@ -180,7 +178,8 @@ class WandbLogger:
         self.run.log({"eval/examples": table, "step": step})
 
     def finish(self, outcome, summary: dict) -> None:
-        initial = {f"initial/{k}": v for k, v in self._initial.items()}
+        """summary: the run's objective, final/* and initial/* evaluations (a resumed run's
+        initial/* too: they come from its metrics, not from what this process logged)."""
         self.run.summary.update({"outcome/status": outcome.status, "outcome/step": outcome.step,
-                                 "outcome/reason": outcome.reason, **initial, **summary})
+                                 "outcome/reason": outcome.reason, **summary})
         self.run.finish(exit_code=0 if outcome.status == "success" else 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError, before_they_existed, fill_missing
+from .files import atomic_write_text
 from .redact import restore_redacted
 from .run_dir import RUN_CONFIG
 
@@ -16,9 +17,10 @@ from .run_dir import RUN_CONFIG
 def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
                    ) -> tuple[DictConfig, Path | None]:
     """resume=<run dir>: continue that run with its own saved config. `overrides` are the
-    command line's: `steps=` there raises (or sets) the run's total; every other override
-    is reported and ignored (hydra.* aside); secrets masked in the saved config are taken
-    from this command's config."""
+    command line's: `steps=` there raises (or sets) the run's total and `dry_run=true`
+    checks the resume without training; every other override is reported and ignored
+    (hydra.* aside); secrets masked in the saved config are taken from this command's
+    config."""
     if not cfg.resume:
         return cfg, None
     run_dir = Path(cfg.resume).expanduser().resolve()
@@ -34,9 +36,10 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
                           "read; start a new run, or resume with the version that made it")
     restore_redacted(old, cfg)
     keys = {o.split("=", 1)[0].lstrip("+~"): o for o in overrides}
-    if "steps" in keys:
-        old.steps = cfg.steps
-    ignored = [o for k, o in keys.items() if k not in ("steps", "resume")
+    for key in ("steps", "dry_run"):  # what a resume may change
+        if key in keys:
+            old[key] = cfg[key]
+    ignored = [o for k, o in keys.items() if k not in ("steps", "dry_run", "resume")
                and not k.startswith("hydra")]
     if ignored:
         print(f"[rookworld] resume={run_dir}: the run continues with its own config; "
@@ -49,6 +52,15 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
               + (f", but {', '.join(kept)}: what the run did before they existed" if kept else ""))
     old.resume = str(run_dir)
     return old, run_dir
+
+
+def record_steps(run_dir: Path, steps: int) -> None:
+    """A resume that changed `steps`: the run's saved config (RUN_CONFIG) says so, which the
+    diff, the report and a later resume read."""
+    path = run_dir / RUN_CONFIG
+    if path.exists() and (saved := OmegaConf.load(path)).get("steps") != steps:
+        saved.steps = steps
+        atomic_write_text(path, OmegaConf.to_yaml(saved))
 
 
 def refuse_to_overwrite(run_dir: Path) -> None:

@@ -51,7 +51,13 @@ from .memory import peak_memory_mb
 from .optim import AdamWSpec
 from .prompt_filter import HardestGreedy
 from .redact import redact, redact_config
-from .resume import check_resume, finished_outcome, refuse_to_overwrite, resolve_resume
+from .resume import (
+    check_resume,
+    finished_outcome,
+    record_steps,
+    refuse_to_overwrite,
+    resolve_resume,
+)
 from .run_dir import (
     RUN_CONFIG,
     CheckpointError,
@@ -336,6 +342,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
     if cfg.dry_run:
         print(f"[rookworld] dry run: config valid; data in {run_dir / 'data_report.json'}")
         return RunResult(Outcome("success", 0, "dry run"), run_dir, {}, {}, 0.0)
+    if cfg.resume:
+        record_steps(run_dir, cfg.steps)
     dist = init_distributed(cfg.device)  # under torchrun: join the process group
     main = dist is None or dist.is_main
     loggers = parts.loggers if main else []
@@ -368,8 +376,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
         done = 1 + max((r["step"] for r in rows if "reward/mean" in r
                         and isinstance(r.get("step"), int)), default=-1)
         evals = [r for r in rows if "eval/reward" in r]
-        first = first or (evals[0] if evals else {})
-        last = last or (evals[-1] if evals else {})
+        first = first or (_evaluation(evals[0]) if evals else {})
+        last = last or (_evaluation(evals[-1]) if evals else {})
         outcome = Outcome("error", done, f"{type(e).__name__}: {e}")
         _best_effort("error.txt", atomic_write_text, run_dir / "error.txt",
                      redact(traceback.format_exc()))
@@ -411,7 +419,8 @@ def _best_effort(name: str, write, *args) -> None:
 def _finish(cfg, run_dir: Path, outcome: Outcome, first: dict, last: dict, loggers) -> RunResult:
     ok = outcome.status == "success" and cfg.sweep.objective in last
     objective = float(last[cfg.sweep.objective]) if ok else float(cfg.sweep.failed_objective)
-    summary = {"objective": objective, **{f"final/{k}": v for k, v in last.items()}}
+    summary = {"objective": objective, **{f"final/{k}": v for k, v in last.items()},
+               **{f"initial/{k}": v for k, v in first.items() if k.startswith("eval/")}}
     atomic_write_text(run_dir / "outcome.json", redact(json.dumps(
         {**asdict(outcome), "objective": objective, "initial_eval": first,
          "final_eval": last}, indent=2)))

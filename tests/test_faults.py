@@ -228,6 +228,28 @@ def test_resume_without_steps_keeps_the_runs_own_total(tiny_overrides, tmp_path)
     assert resumed.steps == 7 and resumed.optim.lr == cfg.optim.lr  # lr=0.5 reported, ignored
 
 
+def test_a_resume_that_raises_steps_records_them_and_keeps_the_first_evaluation(
+        tiny_overrides, tmp_path, monkeypatch):
+    """The saved config says the new total (diff, report and a later resume read it); the
+    loggers get the run's first evaluation as initial/* though this process never logged
+    it; dry_run=true on a resume checks it and trains nothing."""
+    from rookworld.loggers import ConsoleLogger
+
+    summaries = []
+    monkeypatch.setattr(ConsoleLogger, "finish",
+                        lambda self, outcome, summary: summaries.append(summary))
+    assert run(compose(tiny_overrides + ["logger=console", "steps=1"]), tmp_path).outcome \
+        .status == "success"
+    for extra in (["dry_run=true"], []):
+        args = ["model=tiny_random", f"resume={tmp_path}", "steps=2", *extra]
+        resumed, run_dir = resolve_resume(compose(args), args)
+        result = run(resumed, run_dir)
+    assert result.outcome.step == 2 and len(summaries) == 2  # the dry run finished nothing
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert summaries[-1]["initial/eval/reward"] == outcome["initial_eval"]["eval/reward"]
+    assert OmegaConf.load(tmp_path / "run_config.yaml").steps == 2
+
+
 @pytest.mark.slow  # three runs in subprocesses: ~30 s
 def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_overrides, tmp_path):
     run_dir = tmp_path / "run"

@@ -12,6 +12,7 @@ import yaml
 from hydra.errors import HydraException
 
 from rookworld.config import CONF_DIR, ConfigError, compose
+from rookworld.held_out import t95
 from rookworld.train import build_parts, run
 
 GROUPS = ["model", "reward", "algorithm", "kl", "optim", "sampler", "task_mix", "logger", "data"]
@@ -121,7 +122,9 @@ def test_the_change_table_uses_the_paired_interval_of_the_same_samples(tiny_over
     assert last["eval_dse/reward"] == pytest.approx(se)
     assert se < math.hypot(first["eval_se/reward"], last["eval_se/reward"])
     table = (tmp_path / "eval_before_after.md").read_text()
-    assert f"| {mean:+.3f} ± {1.96 * se:.3f} |" in table.split("| eval/reward |")[1]
+    # Student's t of the 24 pairs (both tasks' samples), as every figure of the table
+    assert last["eval_n/reward"] == 24
+    assert f"| {mean:+.3f} ± {t95(24) * se:.3f} |" in table.split("| eval/reward |")[1]
 
 
 def test_run_stopped_by_the_kl_guard_says_so_above_its_eval_table(tiny_overrides, tmp_path):
