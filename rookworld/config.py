@@ -7,6 +7,7 @@ import importlib
 import inspect
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,12 @@ _INT_RULES = {  # key: (minimum, why)
     "sweep.replicas": (1, "an integer >= 1"),
 }
 _BOOL_KEYS = ("dry_run",)
+_NOT_NULL = {  # parts every run builds -> what to write instead of null
+    "prompt_filter": "prompt_filter.oversample=1 turns it off",
+    "anchor": "anchor.coef=0 turns it off",
+    "guard": "guard.kl=null turns the KL guard off; the NaN guard always runs",
+    "guard.nan": "the NaN guard always runs (guard.nan.max_consecutive sets its patience)",
+}
 
 
 def _get(cfg: DictConfig, key: str):
@@ -125,6 +132,9 @@ def validate(cfg: DictConfig) -> None:
     for key in _BOOL_KEYS:
         if not isinstance(_get(cfg, key), bool):
             raise ConfigError(f"{key} must be true or false, got {_get(cfg, key)!r}")
+    for key, off in _NOT_NULL.items():
+        if _get(cfg, key) is None:
+            raise ConfigError(f"{key} cannot be null: {off}")
     fo = cfg.sweep.failed_objective
     if isinstance(fo, bool) or not isinstance(fo, int | float) or not math.isfinite(fo):
         raise ConfigError(f"sweep.failed_objective must be a finite number, got {fo!r}")
@@ -339,7 +349,9 @@ def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
     """Warnings for `+key=value` overrides: Hydra accepts `+` only for a key that the
     composed config does not have, and nothing reads such a key unless its component
     takes it, so a typo (`+optim.lrr=1e-4`) would run silently. Each warning suggests the
-    nearest existing keys."""
+    nearest existing keys. No warning for a key the run checks is read: an argument of a
+    `_target_` node (`check_targets`) or a per-task sampler setting (`sampler.per_task.P.*`,
+    which the sampler checks)."""
     import difflib
     warnings = []
     for o in cfg_overrides:
@@ -348,6 +360,9 @@ def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
         key = o[1:].split("=", 1)[0]
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
+        if (isinstance(node, DictConfig) and "_target_" in node) or \
+                re.fullmatch(r"sampler\.per_task\.[^.]+", parent):
+            continue
         siblings = [str(k) for k in node.keys() if k != leaf] \
             if isinstance(node, DictConfig) else []
         near = difflib.get_close_matches(leaf, siblings, n=2)

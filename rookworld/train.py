@@ -124,7 +124,11 @@ def build_parts(cfg: DictConfig) -> Parts:
         strength = settings_from(cfg.strength) if cfg.get("strength") else None
     except (ValueError, TypeError) as e:
         raise ConfigError(f"strength: {e}") from None
-    kl_guard = KLGuard(**g.kl) if g.get("kl") else None
+    try:  # built here, not by instantiate: their bad values are config errors all the same
+        kl_guard = KLGuard(**g.kl) if g.get("kl") else None
+        nan_guard = NaNGuard(**g.nan)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"guard: {e}") from None
     if kl_guard and not cfg.reference.enabled:
         raise ConfigError("guard.kl measures KL against the reference but reference.enabled="
                           "false; set reference.enabled=true or guard.kl=null")
@@ -139,7 +143,7 @@ def build_parts(cfg: DictConfig) -> Parts:
                  kl=kl, optim=instantiate(cfg.optim),
                  sampling=instantiate(cfg.sampler), task_mix=instantiate(cfg.task_mix),
                  anchor=instantiate(cfg.anchor), prompt_filter=instantiate(cfg.prompt_filter),
-                 kl_guard=kl_guard, nan_guard=NaNGuard(**g.nan), strength=strength,
+                 kl_guard=kl_guard, nan_guard=nan_guard, strength=strength,
                  loggers=[instantiate(v) for v in (cfg.logger or {}).values()])
 
 

@@ -128,6 +128,19 @@ def test_bad_config_names_the_key_before_any_model(overrides, key, tiny_override
     assert not run_dir.exists() or not any(run_dir.iterdir())  # nothing half-written
 
 
+@pytest.mark.parametrize("overrides,key", [
+    (["guard.kl.window=0"], "guard.kl.window"), (["guard.nan.lr_backoff=2"], "lr_backoff"),
+    (["guard.kl.threshold=abc"], "guard"), (["+guard.kl.foo=1"], "foo"),
+    (["guard.nan=null"], "guard.nan"), (["guard=null"], "guard"),
+    (["prompt_filter=null"], "prompt_filter.oversample=1"), (["anchor=null"], "anchor.coef=0")])
+def test_guards_and_switched_off_parts_are_config_errors(overrides, key, tiny_overrides,
+                                                         no_model, tmp_path):
+    """A config error (one line from the CLI), never the guard's own ValueError or a later
+    AttributeError on a part set to null."""
+    with pytest.raises(ConfigError, match=key):
+        run(compose(tiny_overrides + overrides), tmp_path / "run")
+
+
 def test_the_reference_conflict_message_says_how_to_fix(tiny_overrides):
     with pytest.raises(ConfigError, match="set reference.enabled=true, or kl=none guard.kl=null"):
         build_parts(compose(tiny_overrides + ["kl=fixed", "reference.enabled=false"]))
@@ -339,6 +352,14 @@ def test_a_key_added_with_plus_is_warned_about_with_the_nearest_names():
     warnings = unread_additions(cfg, ["optim.lr=1e-3", "+optim.lrr=1e-4", "++x=2"])
     assert warnings == ["+optim.lrr adds a key that no default config has; nothing reads it "
                         "unless its component takes it; did you mean optim.lr?"]
+
+
+def test_a_plus_key_the_run_checks_is_read_is_not_warned_about(tiny_overrides):
+    from rookworld.config import unread_additions
+
+    added = ["+sampler.per_task.P.temperature=0.9", "+reward.pool.path=/usr/games/stockfish"]
+    cfg = compose(tiny_overrides + ["reward=engine", *added])
+    assert unread_additions(cfg, added) == []
 
 
 @pytest.mark.parametrize("overrides, warned", [
