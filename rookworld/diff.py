@@ -1,8 +1,11 @@
 """Config diffs for review: `python -m rookworld.diff A [B] [--format text|md]`.
 
 A and B are each one of
-- a run directory or a multirun job directory (its `.hydra/config.yaml` and
-  `.hydra/overrides.yaml`; `outcome.json` when present),
+- a run directory or a multirun job directory: its `run_config.yaml` (the config it
+  ran with, and a resume continues with; `.hydra/config.yaml` where there is none),
+  the overrides of its command (`.hydra/overrides.yaml`) and of each resume
+  (`.hydra-resumes/<name>/overrides.yaml`, in name order, listed as `resume: key`),
+  and `outcome.json` when present,
 - `defaults`: the composed conf/train.yaml with no overrides,
 - an experiment name (conf/experiment/<name>.yaml): the config of
   `python -m rookworld.train experiment=<name>`,
@@ -22,45 +25,93 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import Container, OmegaConf
 
 from .config import CONF_DIR, compose
+from .run_dir import RUN_CONFIG
 
 MISSING = object()  # a key absent on one side
 
 
 @dataclass
 class Side:
-    """One side of a diff: what it is, its resolved config and its overrides."""
+    """One side of a diff: what it is, its resolved config, its command's overrides and
+    those of each resume of it."""
 
     label: str
     config: dict
     overrides: list[str]
     outcome: dict | None = None
     notes: list[str] = field(default_factory=list)
+    resumes: list[list[str]] = field(default_factory=list)
+
+    def all_overrides(self) -> list[str]:
+        return with_resumes(self.overrides, self.resumes)
 
 
 def resolve(cfg) -> dict:
-    """An OmegaConf config as plain containers, interpolations resolved where they can be
-    (a run's saved config may name resolvers, e.g. `hydra:`, that only a live run has)."""
+    """An OmegaConf config as plain containers, interpolations resolved where they can be:
+    one a run's saved config cannot resolve outside a live run (e.g. `${hydra:...}`)
+    keeps its `${...}` text, and only that one."""
     try:
         return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # unresolvable interpolations stay as their `${...}` text
-        return OmegaConf.to_container(cfg, resolve=False)
+    except Exception:
+        out = OmegaConf.to_container(cfg, resolve=False)
+        _resolve_leaves(cfg, out)
+        return out
+
+
+def _resolve_leaves(node, out) -> None:
+    """Replace, in `out` (node's unresolved containers), each `${...}` value by node's
+    resolved value where it resolves."""
+    for key, value in (out.items() if isinstance(out, dict) else enumerate(out)):
+        if isinstance(value, (dict, list)):
+            _resolve_leaves(node[key], value)  # a section, not an interpolation: walk it
+        elif isinstance(value, str) and "${" in value:
+            try:
+                v = node[key]  # resolved against the whole config
+                out[key] = resolve(v) if isinstance(v, Container) else v
+            except Exception:  # e.g. a resolver only a live run has: the text stays
+                pass
+
+
+def run_config_file(path: Path) -> Path | None:
+    """A run's config: run_config.yaml (what it ran with, choices such as the backend
+    resolved, `steps` as a resume raised it), else Hydra's .hydra/config.yaml."""
+    return next((f for f in (path / RUN_CONFIG, path / ".hydra" / "config.yaml")
+                 if f.exists()), None)
+
+
+def read_overrides(file: Path) -> list[str]:
+    return list(yaml.safe_load(file.read_text()) or []) if file.exists() else []
+
+
+def resume_overrides(path: Path) -> list[list[str]]:
+    """The overrides of each command that resumed the run, in name order (Hydra's
+    dated names: the order they ran)."""
+    return [read_overrides(d / "overrides.yaml")
+            for d in sorted((path / ".hydra-resumes").glob("*")) if d.is_dir()]
+
+
+def with_resumes(overrides: list[str], resumes: list[list[str]]) -> list[str]:
+    """The command's overrides, then each resume's labelled `resume: steps=5` (without its
+    `resume=<run>`, which names the run itself; a resume takes only steps from the rest)."""
+    return overrides + [f"resume: {o}" for r in resumes for o in r
+                        if split_override(o)[0].lstrip("+") != "resume"]
 
 
 def from_run_dir(path: Path) -> Side:
-    hydra_dir = path / ".hydra"
-    if not (hydra_dir / "config.yaml").exists():
+    cfg_file = run_config_file(path)
+    if cfg_file is None:
         jobs = sorted(p.parent.parent.name for p in path.glob("*/.hydra/config.yaml"))
         hint = f"; it holds multirun jobs {', '.join(jobs)}: pass one of them" if jobs else ""
-        raise SystemExit(f"{path}: no .hydra/config.yaml, not a run directory{hint}")
-    overrides_file = hydra_dir / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        raise SystemExit(f"{path}: no {RUN_CONFIG} or .hydra/config.yaml, not a run "
+                         f"directory{hint}")
     outcome_file = path / "outcome.json"
     outcome = json.loads(outcome_file.read_text()) if outcome_file.exists() else None
-    return Side(str(path), resolve(OmegaConf.load(hydra_dir / "config.yaml")),
-                list(overrides or []), outcome)
+    return Side(str(path), resolve(OmegaConf.load(cfg_file)),
+                read_overrides(path / ".hydra" / "overrides.yaml"), outcome,
+                resumes=resume_overrides(path))
 
 
 def from_overrides(overrides: list[str], label: str) -> Side:
@@ -153,8 +204,13 @@ def outcome_note(side: Side) -> str:
 
 
 def render_text(a: Side, b: Side) -> str:
-    cfg, ovr = diff_dicts(a.config, b.config), diff_overrides(a.overrides, b.overrides)
-    out = [f"A: {a.label}{outcome_note(a)}", f"B: {b.label}{outcome_note(b)}", ""]
+    cfg = diff_dicts(a.config, b.config)
+    ovr = diff_overrides(a.all_overrides(), b.all_overrides())
+    out = []
+    for tag, side in (("A", a), ("B", b)):
+        out.append(f"{tag}: {side.label}{outcome_note(side)}")
+        out += [f"   resumed: {' '.join(['python -m rookworld.train', *r])}" for r in side.resumes]
+    out.append("")
     for title, diff in (("Command-line overrides", ovr), ("Resolved config", cfg)):
         out.append(f"{title}: {counts(diff)}")
         r = rows(diff)
@@ -180,11 +236,14 @@ def md_table(diff: dict[str, list[tuple]]) -> list[str]:
 
 
 def render_md(a: Side, b: Side) -> str:
-    cfg, ovr = diff_dicts(a.config, b.config), diff_overrides(a.overrides, b.overrides)
+    cfg = diff_dicts(a.config, b.config)
+    ovr = diff_overrides(a.all_overrides(), b.all_overrides())
     out = [f"### Config diff: `{a.label}` → `{b.label}`", ""]
     for tag, side in (("A", a), ("B", b)):
         cmd = " ".join(["python -m rookworld.train", *side.overrides])
         out.append(f"- **{tag}**: `{side.label}`{outcome_note(side)}: `{cmd}`")
+        out += [f"  - resumed: `{' '.join(['python -m rookworld.train', *r])}`"
+                for r in side.resumes]
     out += ["", f"**Command-line overrides**: {counts(ovr)}.", "", *md_table(ovr),
             f"**Resolved config**: {counts(cfg)}.", "", *md_table(cfg)]
     if not any(cfg.values()):

@@ -1,12 +1,14 @@
 """Run reports: `python -m rookworld.report RUN_DIR [--out DIR]`.
 
 Reads what a training run leaves in its directory (metrics.jsonl, outcome.json,
-.hydra/, examples.jsonl, data_report.json) and writes into RUN_DIR/report/:
+run_config.yaml or else .hydra/config.yaml, the overrides in .hydra/ and in each
+resume's .hydra-resumes/<name>/, examples.jsonl, data_report.json) and writes into
+RUN_DIR/report/:
 - reward.png (training reward per task and the share of groups without signal),
   kl.png (KL estimators against the guard's threshold, and beta), entropy.png,
   clip.png (clipped token fractions), eval.png (held-out greedy metrics over
   steps), overview.png (all of them on one page);
-- report.md: command, config overrides and differences from the defaults,
+- report.md: command (and resumes), config overrides and differences from the defaults,
   outcome, the before/after evaluation table, training metrics first vs last,
   the plots and the last evaluation's sample completions.
 """
@@ -16,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -105,10 +106,11 @@ class Run:
     train: list[dict]
     evals: list[dict]
     outcome: dict
-    config: dict
+    config: dict  # resolved where it can be (rookworld.diff.resolve)
     overrides: list[str]
     examples: list[dict]
     data: dict
+    resumes: list[list[str]] = field(default_factory=list)  # each resume's overrides
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -130,13 +132,16 @@ def load_run(path: Path) -> Run:
     path = Path(path)
     if not (path / "metrics.jsonl").exists():
         raise SystemExit(f"{path}: no metrics.jsonl, not a training run directory")
+    from .diff import read_overrides, resolve, resume_overrides, run_config_file
+
     rows = read_jsonl(path / "metrics.jsonl")
-    cfg_file, ovr_file = path / ".hydra" / "config.yaml", path / ".hydra" / "overrides.yaml"
-    config = OmegaConf.to_container(OmegaConf.load(cfg_file)) if cfg_file.exists() else {}
-    overrides = yaml.safe_load(ovr_file.read_text()) or [] if ovr_file.exists() else []
+    cfg_file = run_config_file(path)  # run_config.yaml: steps as a resume raised them
+    config = resolve(OmegaConf.load(cfg_file)) if cfg_file else {}
     return Run(path, [r for r in rows if not is_eval_row(r)], [r for r in rows if is_eval_row(r)],
-               read_json(path / "outcome.json"), config, list(overrides),
-               read_jsonl(path / "examples.jsonl"), read_json(path / "data_report.json"))
+               read_json(path / "outcome.json"), config,
+               read_overrides(path / ".hydra" / "overrides.yaml"),
+               read_jsonl(path / "examples.jsonl"), read_json(path / "data_report.json"),
+               resume_overrides(path))
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -283,20 +288,23 @@ def train_table(run: Run, window: int = 5) -> list[str]:
 
 
 def overrides_section(run: Run) -> list[str]:
-    if not run.overrides:
+    """The command's overrides, then each resume's, labelled `resume: key`."""
+    from .diff import with_resumes
+
+    overrides = with_resumes(run.overrides, run.resumes)
+    if not overrides:
         return ["None: the defaults of conf/train.yaml."]
     return ["| override | value |", "|---|---|"] + [
-        f"| `{k}` | `{v}` |" for k, _, v in (o.partition("=") for o in run.overrides)]
+        f"| `{k}` | `{v}` |" for k, _, v in (o.partition("=") for o in overrides)]
 
 
 def defaults_diff_section(run: Run) -> list[str]:
     """The run's resolved config against today's defaults (rookworld.diff)."""
     if not run.config:
-        return ["No .hydra/config.yaml in the run directory."]
+        return ["No run_config.yaml or .hydra/config.yaml in the run directory."]
     from .diff import compose, counts, diff_dicts, md_table, resolve
 
-    cfg = resolve(OmegaConf.load(run.path / ".hydra" / "config.yaml"))
-    diff = diff_dicts(resolve(compose([])), cfg)
+    diff = diff_dicts(resolve(compose([])), run.config)
     return [f"Resolved config against the current defaults (A = defaults, B = this run): "
             f"{counts(diff)}.", "", *md_table(diff)]
 
@@ -346,6 +354,7 @@ def markdown(run: Run, pictures: list[Path]) -> str:
     speed = f", median {statistics.median(times):.3g} s per step" if times else ""
     out = [f"# Run report: {run.path.name}", "",
            f"- Run directory: `{run.path.resolve()}`", f"- Command: `{cmd}`",
+           *[f"- Resumed: `{' '.join(['python -m rookworld.train', *r])}`" for r in run.resumes],
            *outcome_lines(run),
            f"- Logged: {len(run.train)} training steps, {len(run.evals)} evaluations{speed}",
            *data_lines(run), "",

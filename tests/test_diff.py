@@ -104,3 +104,57 @@ def test_experiment_trains_one_step(name, tiny_overrides, tmp_path):
                  "optim.schedule.warmup_steps=0"]  # a warmup must fit in the steps
     result = run(compose(overrides), tmp_path)
     assert result.outcome.status == "success"
+
+
+def test_an_unresolvable_interpolation_keeps_its_text_and_only_its_own(tmp_path, monkeypatch):
+    """`${hydra:...}` resolves only in a live run: that leaf stays as text, while the saved
+    config's other interpolations (`${pkg_data:...}`, `${oc.env:...}`) still resolve."""
+    monkeypatch.delenv("ROOKWORLD_CPU_MATMUL", raising=False)
+    cfg = OmegaConf.create(OmegaConf.to_yaml(compose([])))  # the interpolations as saved
+    saved = OmegaConf.to_container(cfg)
+    assert saved["data"]["train"].startswith("${pkg_data:") and saved["cpu_matmul"].startswith(
+        "${oc.env:")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, name in ((a, None), (b, "${hydra:job.name}")):
+        (d / ".hydra").mkdir(parents=True)
+        if name:
+            cfg.run_name = name
+        OmegaConf.save(cfg, d / ".hydra" / "config.yaml")
+    side = diff.load_side(str(b))
+    assert side.config["data"]["train"] == str(compose([]).data.train)
+    assert side.config["cpu_matmul"] == "auto" and side.config["run_name"] == "${hydra:job.name}"
+    d = diff.diff_dicts(diff.load_side(str(a)).config, side.config)
+    assert d == {"added": [("run_name", "${hydra:job.name}")], "removed": [], "changed": []}
+    # list elements too: each resolves, or keeps its text, on its own
+    lists = OmegaConf.create({"seed": 3, "l": ["${seed}", "${hydra:job.num}", {"x": "${seed}"}],
+                              "s": "${l}"})
+    assert diff.resolve(lists) == {"seed": 3, "l": [3, "${hydra:job.num}", {"x": 3}],
+                                   "s": [3, "${hydra:job.num}", {"x": 3}]}
+
+
+def _resumed_run(path):
+    """A run started with steps=2 and resumed twice, to 3 and then 5 steps: run_config.yaml
+    holds steps 5, .hydra/ the first command's record (steps 2)."""
+    run_dir = _fake_run(path, ["steps=2"])
+    cfg = compose(["steps=2"])
+    cfg.steps = 5
+    OmegaConf.save(cfg, run_dir / "run_config.yaml")
+    for name, steps in (("2026-01-02_09-00-00", 3), ("2026-01-02_10-00-00", 5)):
+        (run_dir / ".hydra-resumes" / name).mkdir(parents=True)
+        (run_dir / ".hydra-resumes" / name / "overrides.yaml").write_text(
+            yaml.safe_dump([f"resume={run_dir}", f"steps={steps}"]))
+    return run_dir
+
+
+def test_a_resumed_run_shows_its_steps_and_the_resume_overrides(tmp_path):
+    run_dir = _resumed_run(tmp_path / "run")
+    text = diff.main(["defaults", str(run_dir)])
+    assert "~ steps" in text and "45 -> 5" in text  # run_config.yaml, not .hydra's steps 2
+    assert "+ resume: steps  5" in text and "+ steps          2" in text  # the last resume's
+    assert (f"   resumed: python -m rookworld.train resume={run_dir} steps=3\n"
+            f"   resumed: python -m rookworld.train resume={run_dir} steps=5\n") in text
+    assert diff.load_side(str(run_dir)).all_overrides() == [
+        "steps=2", "resume: steps=3", "resume: steps=5"]
+    md = diff.main(["defaults", str(run_dir), "--format", "md"])
+    assert f"  - resumed: `python -m rookworld.train resume={run_dir} steps=5`" in md
+    assert "| `resume: steps` | - | `5` |" in md and "| `steps` | `45` | `5` |" in md

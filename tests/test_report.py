@@ -219,3 +219,20 @@ def test_the_run_reports_table_keeps_a_metric_only_one_evaluation_has():
     run = report.Run(path=None, train=[], evals=[first, last], outcome={}, config={},
                      overrides=[], examples=[], data={})
     assert "| eval/strength/acpl | - | 150.000 | - | |" in report.eval_table(run)
+
+
+def test_a_resumed_run_reports_its_steps_and_the_resume_command(run_dir):
+    """`resume=<run> steps=5` leaves .hydra/ as the first command wrote it (steps=4): the
+    report reads run_config.yaml (steps 5) and lists the resume's overrides."""
+    cfg = compose(OVERRIDES)
+    cfg.steps = 5
+    OmegaConf.save(cfg, run_dir / "run_config.yaml")
+    resume = run_dir / ".hydra-resumes" / "2026-11-23_08-00-00"
+    resume.mkdir(parents=True)
+    (resume / "overrides.yaml").write_text(yaml.safe_dump([f"resume={run_dir}", "steps=5"]))
+    md = report.write_report(run_dir).read_text()
+    assert ("- Command: `python -m rookworld.train kl=adaptive steps=4`\n"
+            f"- Resumed: `python -m rookworld.train resume={run_dir} steps=5`\n") in md
+    assert "| `steps` | `4` |\n| `resume: steps` | `5` |\n" in md
+    assert "| `steps` | `45` | `5` |" in md  # the config against the defaults
+    assert report.load_run(run_dir).config["steps"] == 5
