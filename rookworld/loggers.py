@@ -164,6 +164,11 @@ class WandbLogger:
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
 
+    def update_config(self, values: dict) -> None:
+        """Settings resolved once the run starts (the backend, autocast and micro-batch
+        size that `auto` chose) replace their `auto` in the run's W&B config."""
+        self.run.config.update(values, allow_val_change=True)
+
     def log(self, metrics: dict, step: int) -> None:
         self.run.log({**metrics, "step": step})
 

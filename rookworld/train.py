@@ -8,6 +8,7 @@ outcome (success, kl_failure, nan_failure, error) in the run directory.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from . import precision, runtime
 from .anchor import Anchor
 from .backends.fast_gpt2 import matmul as forward_matmul
+from .backends.hf import max_positions
 from .config import (
     WHITELIST,
     ConfigError,
@@ -358,9 +360,14 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
     try:
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
-        record_choices(cfg, {"backend": engine.backend.name,
-                             "autocast": precision.name(engine.amp or engine.products),
-                             "micro_batch_tokens": engine.micro_batch_tokens}, run_dir, main)
+        chosen = {"backend": engine.backend.name,
+                  "autocast": precision.name(engine.amp or engine.products),
+                  "micro_batch_tokens": engine.micro_batch_tokens}
+        record_choices(cfg, chosen, run_dir, main)
+        for lg in loggers:  # a tracker's copy of the config says what ran, not `auto`
+            if hasattr(lg, "update_config"):
+                lg.update_config(chosen)
+        check_context(engine.policy, parts.sampling, [*pools["P"], *pools["A"], *eval_samples])
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         try:
@@ -397,6 +404,23 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
     if not main:  # rank 0 writes the outcome
         return RunResult(outcome, run_dir, first or {}, last or {}, cfg.sweep.failed_objective)
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
+
+
+def check_context(policy, sampling: dict, samples: list) -> None:
+    """ConfigError before any sampling when a task's longest prompts (the 8 longest in
+    characters, tokenized) and its max_new_tokens exceed the model's positions: the
+    samplers would stop the run at its first evaluation."""
+    limit = max_positions(policy.model.config)
+    for task, s in sampling.items():
+        prompts = heapq.nlargest(8, (x.prompt for x in samples if x.task == task), key=len)
+        if limit is None or not prompts:
+            continue
+        longest = max(len(policy.encode_prompt(p)) for p in prompts)
+        if longest + s.max_new_tokens > limit:
+            raise ConfigError(
+                f"sampler.max_new_tokens={s.max_new_tokens} for task {task}: with its longest "
+                f"prompt ({longest} tokens) it exceeds the model's {limit} positions; lower "
+                f"sampler.max_new_tokens (or +sampler.per_task.{task}.max_new_tokens)")
 
 
 def record_choices(cfg: DictConfig, chosen: dict, run_dir: Path, main: bool) -> None:

@@ -141,6 +141,15 @@ def test_guards_and_switched_off_parts_are_config_errors(overrides, key, tiny_ov
         run(compose(tiny_overrides + overrides), tmp_path / "run")
 
 
+def test_completions_that_outgrow_the_models_positions_stop_before_any_sampling(
+        tiny_overrides, tmp_path):
+    over = [o for o in tiny_overrides if not o.startswith("sampler.max_new_tokens")]
+    with pytest.raises(ConfigError, match=r"sampler.max_new_tokens=400 for task P.*320 "
+                                          "positions"):
+        run(compose(over + ["sampler.max_new_tokens=400"]), tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()  # not even the first evaluation ran
+
+
 def test_the_reference_conflict_message_says_how_to_fix(tiny_overrides):
     with pytest.raises(ConfigError, match="set reference.enabled=true, or kl=none guard.kl=null"):
         build_parts(compose(tiny_overrides + ["kl=fixed", "reference.enabled=false"]))

@@ -148,6 +148,7 @@ def test_wandb_offline_run_reads_back_and_report_and_diff_run_on_it(wandb_run, c
     assert summary["state"] == "finished" and summary["project"] == "rookworld"
     assert sorted(summary["tags"]) == ["test", "tiny"]
     assert summary["config"]["num_generations"] == 2 and summary["config"]["model"]["n_embd"] == 32
+    assert summary["config"]["backend"] == "fast_gpt2"  # what `auto` chose, as run_config.yaml
 
     sync = subprocess.run([_wandb_cli(), "sync", "--dry-run", str(offline)],
                           capture_output=True, text=True, timeout=120)
