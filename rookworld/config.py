@@ -112,6 +112,15 @@ _NOT_NULL = {  # parts every run builds -> what to write instead of null
 }
 
 
+def check_ints(cfg: DictConfig, rules: dict) -> None:
+    """ConfigError naming the key for each `key: (minimum, what it takes)` of rules whose
+    value is not an integer at least the minimum (a bool is no integer here)."""
+    for key, (low, rule) in rules.items():
+        v = _get(cfg, key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ConfigError(f"{key} must be {rule}, got {v!r}")
+
+
 def _get(cfg: DictConfig, key: str):
     return OmegaConf.select(cfg, key, throw_on_missing=True)
 
@@ -119,10 +128,7 @@ def _get(cfg: DictConfig, key: str):
 def validate(cfg: DictConfig) -> None:
     """Reject impossible settings before anything heavy is built."""
     check_targets(cfg)
-    for key, (low, rule) in _INT_RULES.items():
-        v = _get(cfg, key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ConfigError(f"{key} must be {rule}, got {v!r}")
+    check_ints(cfg, _INT_RULES)
     try:
         s = EngineSettings.from_config(cfg)
         check_backend(s.backend, s.autocast, s.device, cfg.model.get("_target_") == HF_LOADER,
@@ -156,7 +162,7 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(warmup, int) and warmup > cfg.steps:
         raise ConfigError(f"optim.schedule.warmup_steps={warmup} is more than steps={cfg.steps}; "
                           "lower the warmup or raise steps")
-    _check_model_path(cfg.model.get("path"))
+    check_model_path(cfg.model.get("path"))
     n_embd, n_head = cfg.model.get("n_embd"), cfg.model.get("n_head")
     if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head < 1 or n_embd % n_head):
         raise ConfigError(f"model.n_head={n_head} must divide model.n_embd={n_embd}")
@@ -303,7 +309,7 @@ def check_targets(cfg: DictConfig, key: str = "") -> None:
                 check_targets(child, f"{key}[{i}]")
 
 
-def _check_model_path(path) -> None:
+def check_model_path(path) -> None:
     """model.path: an existing local directory, or a hub id `owner/name`."""
     if path is None:
         return

@@ -10,9 +10,11 @@ whose figures are the greedy held-out metrics it measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
+import sys
 import time
 from itertools import accumulate
 from pathlib import Path
@@ -23,7 +25,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from . import precision, runtime
-from .config import WHITELIST, instantiate
+from .config import WHITELIST, check_ints, check_model_path, check_targets, instantiate
 from .data.load import read_samples
 from .errors import ConfigError, check_not_shipped
 from .evaluate import measure
@@ -38,6 +40,52 @@ def check_export_target(export_to: str | None, replace_shipped: bool) -> None:
     """ConfigError when export_to names the shipped model's directory (`policy.EMBEDDED_DIR`)
     and replace_shipped is not true."""
     check_not_shipped(export_to, EMBEDDED_DIR, replace_shipped, "export_to")
+
+
+_INT_RULES = {  # key: (minimum, what it takes) of pretrain's integer settings
+    "steps": (1, "an integer >= 1"),
+    "batch_size": (1, "an integer >= 1"),
+    "checkpoint_every": (0, "an integer >= 0 (0 = at the end only)"),
+    "warmup_steps": (0, "an integer >= 0"),
+    "curve_every": (0, "an integer >= 0 (0 = none)"),
+    "curve_per_task": (0, "an integer >= 0 (0 = all)"),
+    "data.eval_per_task": (0, "an integer >= 0 (0 = all)"),
+}
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """ConfigError naming the key for a setting pretrain cannot run with, before the data
+    (a read of ~30 s) and the model load: its own counts and rates, the device (as train
+    checks it), the model path, and the sampler, reward and strength groups that the curve
+    and the final measurement build only after training."""
+    check_targets(cfg)
+    check_ints(cfg, _INT_RULES)
+    for key, positive in (("lr", True), ("min_lr", False)):
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                or v < 0 or (positive and v == 0):
+            raise ConfigError(f"{key} must be a finite number {'> 0' if positive else '>= 0'}, "
+                              f"got {v!r}")
+    try:
+        precision.check_choice(cfg.autocast)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not str(cfg.device).startswith(("cpu", "cuda")):
+        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {cfg.device!r}")
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device}: this torch build or machine has no CUDA "
+                          "device (torch.cuda.is_available() is False); use cpu")
+    check_model_path(cfg.model.get("path"))
+    try:
+        instantiate(cfg.sampler)
+        instantiate(cfg.reward).close()  # reward=engine: its engine starts, or is named missing
+    except (ValueError, FileNotFoundError) as e:  # ConfigError is a ValueError
+        raise ConfigError(str(e)) from None
+    from .strength import settings_from
+    try:
+        settings_from(cfg.strength)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"strength: {e}") from None
 
 
 def get_lr(step: int, cfg) -> float:
@@ -224,14 +272,24 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> None:
     try:
-        check_export_target(cfg.export_to, cfg.replace_shipped)
-    except ConfigError as e:
-        raise SystemExit(f"rookworld: {e}") from None
+        run(cfg)
+    except ConfigError as e:  # a bad setting or input: one line naming it, exit 1, as train
+        sys.exit(f"rookworld: {e}")
+
+
+def run(cfg: DictConfig) -> None:
+    """Pretrain, measure and export as cfg says; ConfigError for a bad setting (before the
+    data and the model load) or input."""
+    check_export_target(cfg.export_to, cfg.replace_shipped)
+    check_settings(cfg)
     runtime.setup()  # the process-wide choices, before the model
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     train = read_samples(cfg.data.train)
+    if cfg.batch_size > len(train):  # a batch draws distinct samples
+        raise ConfigError(f"batch_size={cfg.batch_size} is more than the {len(train)} samples "
+                          f"of data.train={cfg.data.train}; lower it")
     held_out = read_samples(cfg.data.eval)
     policy = instantiate(cfg.model)
     device = torch.device(cfg.device)
@@ -279,11 +337,8 @@ def strength_suite(cfg, held_out, out: Path):
     try:
         settings = settings_from(cfg.strength)
     except (ValueError, TypeError) as e:
-        raise SystemExit(f"rookworld: strength: {e}") from None
-    try:
-        return open_suite(settings, held_out, out / "strength")
-    except ConfigError as e:
-        raise SystemExit(f"rookworld: {e}") from None
+        raise ConfigError(f"strength: {e}") from None
+    return open_suite(settings, held_out, out / "strength")  # ConfigError for a bad file
 
 
 def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out: Path,
@@ -316,7 +371,7 @@ def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out:
         bar.set_postfix(loss=f"{loss.item():.3f}")
         log.write(json.dumps({"step": step, "loss": loss.item(), "lr": get_lr(step - 1, cfg),
                               "elapsed_s": time.perf_counter() - t0}) + "\n")
-        if step % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:  # 0: at the end only
             log.flush()
             save_state(out, policy, opt, step, time.perf_counter() - t0)
         if cfg.curve_every and step % cfg.curve_every == 0:
@@ -360,8 +415,6 @@ def export(policy, cfg, report: dict, lineage: dict) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     from .config import check_argv
     check_argv(sys.argv[1:])
     main()
