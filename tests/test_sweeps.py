@@ -426,3 +426,24 @@ def test_a_second_sweep_process_on_a_sqlite_study_stops_before_touching_it(tmp_p
     FailStaleTrials().on_multirun_start(config)  # the first process is gone: its trial is dead
     FailStaleTrials().on_multirun_end(config)
     assert [t.state.name for t in study.get_trials()] == ["FAIL"]
+
+
+def test_the_sweeper_leaves_every_other_error_as_it_is(monkeypatch, tmp_path):
+    """Only Optuna's missing best trial becomes the message: another ValueError, or that one
+    where the study cannot be read back, is raised as it is."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
+
+    from hydra_plugins.rookworld_sweeper import RookworldOptunaSweeper
+
+    sweeper = object.__new__(RookworldOptunaSweeper)  # the sweep itself is patched below
+    sweeper.sweeper = SimpleNamespace(study_name="absent", sweep_dir="multirun/absent",
+                                      storage=f"sqlite:///{tmp_path}/optuna.db")
+    for error in ("An Optuna range sweep must contain at least one value.",
+                  "Record does not exist."):  # no such study to read back
+        def fail(self, arguments, error=error):
+            raise ValueError(error)
+        monkeypatch.setattr(OptunaSweeper, "sweep", fail)
+        with pytest.raises(ValueError, match=error.rstrip(".")):
+            sweeper.sweep([])

@@ -1,6 +1,7 @@
 """Optuna sweeps: what each trial records (`trial`), where studies live (`storage`),
-the study summary (`report`: `python -m rookworld.sweeps.report multirun/<study>`) and the
-Optuna sweeper the searches run under (`sweeper`).
+and the study summary (`report`: `python -m rookworld.sweeps.report multirun/<study>`). The
+Optuna sweeper the searches run under is hydra_plugins/rookworld_sweeper.py (Hydra loads
+it in every app, so it lives outside this package).
 
 Importing the package registers the `${study_storage:...}` config resolver that
 conf/hparams_search/*.yaml use for their default storage.
