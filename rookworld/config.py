@@ -354,8 +354,8 @@ def check_argv(argv: list[str]) -> None:
 def unread_additions(cfg: DictConfig, cfg_overrides: list[str]) -> list[str]:
     """Warnings for `+key=value` overrides: Hydra accepts `+` only for a key that the
     composed config does not have, and nothing reads such a key unless its component
-    takes it, so a typo (`+optim.lrr=1e-4`) would run silently. Each warning suggests the
-    nearest existing keys. No warning for a key the run checks is read: an argument of a
+    takes it, so a typo (`+data.eval_per_taks=8`) would run silently. Each warning suggests
+    the nearest existing keys. No warning for a key the run checks is read: an argument of a
     `_target_` node (`check_targets`) or a per-task sampler setting (`sampler.per_task.P.*`,
     which the sampler checks)."""
     import difflib

@@ -88,9 +88,11 @@ def read_overrides(file: Path) -> list[str]:
 
 def resume_overrides(path: Path) -> list[list[str]]:
     """The overrides of each command that resumed the run, in name order (Hydra's
-    dated names: the order they ran)."""
-    return [read_overrides(d / "overrides.yaml")
+    dated names: the order they ran); a `dry_run=true` resume changed nothing and is left
+    out."""
+    runs = [read_overrides(d / "overrides.yaml")
             for d in sorted((path / ".hydra-resumes").glob("*")) if d.is_dir()]
+    return [r for r in runs if "dry_run=true" not in r]
 
 
 def with_resumes(overrides: list[str], resumes: list[list[str]]) -> list[str]:

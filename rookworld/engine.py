@@ -90,6 +90,11 @@ class GRPOEngine:
         if algorithm.critic is not None:  # PPO (one process: config.validate refuses torchrun)
             self.critic = Critic(algorithm.critic, self.model, self.backend, optim, s.steps,
                                  s.seed)
+        # the policy's log-probs of a rollout are read before the update only by PPO's KL in
+        # the rewards (`gae`): under autocast they come from a teacher-forced pass then, as
+        # the reference's, so that the KL starts at 0 (the update takes its own, `chunk_loss`)
+        self.teacher_forced_logprobs = self.amp is not None and \
+            algorithm.critic is not None and algorithm.critic.kl_penalty == "reward"
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -135,7 +140,7 @@ class GRPOEngine:
         r = merge_rollouts(parts, len(rows), self.policy.eos_id)
         temps = torch.tensor([self.sampling[s.task].temperature or 1.0 for s in rows],
                              device=self.device)
-        if self.amp is not None:  # as in rollout: a teacher-forced pass, as the reference's
+        if self.teacher_forced_logprobs:
             r.logprobs = self.logprobs(self.model, r, temps)
         ref_lp = self.logprobs(self.ref, r, temps) if self.ref is not None else None
         loss_mask = r.completion_mask.float()
@@ -166,8 +171,8 @@ class GRPOEngine:
         rows = [s for s in samples for _ in range(self.G)]
         texts = self.policy.decode_completions(r.completion_ids, r.completion_mask)
         rewards, scored = self.score(rows, texts, step)
-        if self.amp is not None:  # the sampler's cached steps round apart under autocast: a
-            r.logprobs = self.logprobs(self.model, r, temps)  # teacher-forced pass, as the ref's
+        if self.teacher_forced_logprobs:
+            r.logprobs = self.logprobs(self.model, r, temps)
         t2 = time.perf_counter()
         adv, zero, adv_every = self._advantages(rewards, [s.task for s in rows], step)
         # what the loss weighs each token by: its sequence's advantage, or its move's

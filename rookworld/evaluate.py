@@ -18,12 +18,12 @@ import hydra
 from omegaconf import DictConfig
 
 from . import runtime
-from .config import WHITELIST, check_model_path, check_targets, instantiate
+from .config import WHITELIST, check_ints, check_model_path, check_targets, instantiate
 from .data.load import read_samples
 from .errors import ConfigError
 from .files import atomic_write_text
 from .held_out import Evaluator, before_after_table, paired_se
-from .strength import common_changes
+from .strength import common_changes, settings_from
 
 
 def measure(policy, cfg, held_out, per_sample: dict | None = None, reward=None) -> dict:
@@ -55,16 +55,6 @@ def measure(policy, cfg, held_out, per_sample: dict | None = None, reward=None) 
             reward.close()
 
 
-def strength_settings(cfg):
-    """cfg.strength as `SuiteSettings`; ConfigError ('strength: ...') for a bad value."""
-    from .strength import settings_from
-
-    try:
-        return settings_from(cfg.strength)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"strength: {e}") from None
-
-
 def strength_suite(cfg, held_out):
     """The playing-strength suite (`rookworld.strength`) at cfg.strength's sizes over the
     held-out P positions, its puzzles and openings read (its engines start at first use);
@@ -72,7 +62,7 @@ def strength_suite(cfg, held_out):
     from .strength import StrengthSuite
     from .strength.puzzles import PuzzleFileError
 
-    settings = strength_settings(cfg)
+    settings = settings_from(cfg.strength)  # ConfigError for a bad value
     try:
         return StrengthSuite(settings, [s.truth.fen for s in held_out if s.task == "P"],
                              cfg.strength_dir)
@@ -110,16 +100,14 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.suite not in SUITES:
         raise ConfigError(f"suite must be one of {' | '.join(SUITES)}, got {cfg.suite!r}")
     check_targets(cfg)
-    n = cfg.data.eval_per_task
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"data.eval_per_task must be an integer >= 0 (0 = all), got {n!r}")
+    check_ints(cfg, {"data.eval_per_task": (0, "an integer >= 0 (0 = all)")})
     check_model_path(cfg.model.get("path"))
     try:
         instantiate(cfg.sampler)
     except ValueError as e:  # ConfigError is a ValueError
         raise ConfigError(str(e)) from None
     if cfg.suite != "held_out":
-        strength_settings(cfg)
+        settings_from(cfg.strength)
 
 
 def read_against(path: str) -> dict:

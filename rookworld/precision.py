@@ -3,8 +3,9 @@ contexts that apply it.
 
 hf backend: auto is bfloat16 autocast on a CUDA device with native bf16 (compute capability
 8+), float32 elsewhere; bf16 is bfloat16 autocast on every device, CPU included. Under
-autocast the engine takes the sampled tokens' log-probs from a teacher-forced pass, as the
-reference's are taken, so the KL the rewards pay (PPO's kl_penalty=reward) starts at 0.
+autocast, where PPO pays the KL in its rewards (kl_penalty=reward), the engine takes the
+sampled tokens' log-probs from a teacher-forced pass, as the reference's are taken, so that
+KL starts at 0.
 fast_gpt2 (CPU): bf16 runs its matrix products in bfloat16 on a CPU with native bf16 and is
 refused elsewhere; auto does so only where bf16 products beat float32
 (`cpu_bf16_is_faster`) and keeps float32 elsewhere (`products_dtype`,

@@ -82,10 +82,7 @@ def check_settings(cfg: DictConfig) -> None:
     except (ValueError, FileNotFoundError) as e:  # ConfigError is a ValueError
         raise ConfigError(str(e)) from None
     from .strength import settings_from
-    try:
-        settings_from(cfg.strength)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"strength: {e}") from None
+    settings_from(cfg.strength)  # ConfigError for a bad value
 
 
 def get_lr(step: int, cfg) -> float:
@@ -334,11 +331,7 @@ def strength_suite(cfg, held_out, out: Path):
     out/strength/), or None when every measure is off."""
     from .strength import settings_from
     from .strength.suite import open_suite
-    try:
-        settings = settings_from(cfg.strength)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"strength: {e}") from None
-    return open_suite(settings, held_out, out / "strength")  # ConfigError for a bad file
+    return open_suite(settings_from(cfg.strength), held_out, out / "strength")
 
 
 def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out: Path,

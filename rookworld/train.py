@@ -122,10 +122,7 @@ def build_parts(cfg: DictConfig) -> Parts:
                           "reference.enabled=false; set reference.enabled=true, or kl=none "
                           "guard.kl=null (the KL guard reads the reference too)")
     g = cfg.guard
-    try:
-        strength = settings_from(cfg.strength) if cfg.get("strength") else None
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"strength: {e}") from None
+    strength = settings_from(cfg.strength) if cfg.get("strength") else None
     try:  # built here, not by instantiate: their bad values are config errors all the same
         kl_guard = KLGuard(**g.kl) if g.get("kl") else None
         nan_guard = NaNGuard(**g.nan)
@@ -367,7 +364,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
         for lg in loggers:  # a tracker's copy of the config says what ran, not `auto`
             if hasattr(lg, "update_config"):
                 lg.update_config(chosen)
-        check_context(engine.policy, parts.sampling, [*pools["P"], *pools["A"], *eval_samples])
+        check_context(engine.policy, parts.sampling, [*pools["P"], *pools["A"], *eval_samples],
+                      cfg.sampler)
         evaluator = Evaluator(eval_samples, parts.sampling,
                               max_per_task=cfg.data.eval_per_task)
         try:
@@ -379,6 +377,10 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
             if isinstance(parts.task_mix, Games):
                 parts.task_mix.close()
     except (Exception, Stopped) as e:  # recorded as the run's outcome, re-raised outside sweeps
+        if isinstance(e, ConfigError) and not (cfg.resume or multirun) and \
+                not (run_dir / "metrics.jsonl").exists():
+            raise  # refused before the run began (check_context): no record, so the same
+            # command with the setting fixed runs in this directory
         # the outcome carries the steps done and the evaluations that exist
         try:
             rows = MetricsFile(run_dir / "metrics.jsonl").read() if main else []
@@ -406,10 +408,11 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
     return _finish(cfg, run_dir, outcome, first or {}, last or {}, loggers)
 
 
-def check_context(policy, sampling: dict, samples: list) -> None:
+def check_context(policy, sampling: dict, samples: list, sampler_cfg) -> None:
     """ConfigError before any sampling when a task's longest prompts (the 8 longest in
     characters, tokenized) and its max_new_tokens exceed the model's positions: the
-    samplers would stop the run at its first evaluation."""
+    samplers would stop the run at its first evaluation. The message names the key that
+    sets the task's budget (its own under sampler.per_task, else sampler.max_new_tokens)."""
     limit = max_positions(policy.model.config)
     for task, s in sampling.items():
         prompts = heapq.nlargest(8, (x.prompt for x in samples if x.task == task), key=len)
@@ -417,10 +420,11 @@ def check_context(policy, sampling: dict, samples: list) -> None:
             continue
         longest = max(len(policy.encode_prompt(p)) for p in prompts)
         if longest + s.max_new_tokens > limit:
+            own = OmegaConf.select(sampler_cfg, f"per_task.{task}.max_new_tokens") is not None
+            key = f"sampler.per_task.{task}.max_new_tokens" if own else "sampler.max_new_tokens"
             raise ConfigError(
-                f"sampler.max_new_tokens={s.max_new_tokens} for task {task}: with its longest "
-                f"prompt ({longest} tokens) it exceeds the model's {limit} positions; lower "
-                f"sampler.max_new_tokens (or +sampler.per_task.{task}.max_new_tokens)")
+                f"{key}={s.max_new_tokens} (task {task}): with its longest prompt ({longest} "
+                f"tokens) it exceeds the model's {limit} positions; lower {key}")
 
 
 def record_choices(cfg: DictConfig, chosen: dict, run_dir: Path, main: bool) -> None:

@@ -143,11 +143,19 @@ def test_guards_and_switched_off_parts_are_config_errors(overrides, key, tiny_ov
 
 def test_completions_that_outgrow_the_models_positions_stop_before_any_sampling(
         tiny_overrides, tmp_path):
+    """Refused before the first evaluation, naming the key that sets the task's budget, and
+    with nothing recorded: the same command with the setting fixed runs in the directory."""
     over = [o for o in tiny_overrides if not o.startswith("sampler.max_new_tokens")]
-    with pytest.raises(ConfigError, match=r"sampler.max_new_tokens=400 for task P.*320 "
+    with pytest.raises(ConfigError, match=r"^sampler.max_new_tokens=400 \(task P\).*320 "
                                           "positions"):
         run(compose(over + ["sampler.max_new_tokens=400"]), tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()  # not even the first evaluation ran
+    assert not (tmp_path / "outcome.json").exists()
+    with pytest.raises(ConfigError, match=r"^sampler.per_task.A.max_new_tokens=400 \(task A"):
+        run(compose(over + ["sampler.max_new_tokens=24",
+                            "sampler.per_task.A.max_new_tokens=400"]), tmp_path)
+    fixed = run(compose(over + ["sampler.max_new_tokens=24"]), tmp_path)
+    assert fixed.outcome.status == "success"
 
 
 def test_the_reference_conflict_message_says_how_to_fix(tiny_overrides):

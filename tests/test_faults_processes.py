@@ -159,7 +159,7 @@ def test_sweep_trial_that_crashes_is_recorded_with_its_reason_and_the_rest_run(t
     assert [trials[k].state.name for k in (16, 24, 400)] == ["COMPLETE", "COMPLETE", "FAIL"]
     crashed = trials[400].user_attrs  # FAIL, with its reason; never "Best parameters"
     assert crashed["outcomes"] == ["error"] and trials[400].value is None
-    assert "max_new_tokens (400) exceeds" in crashed["reason"]
+    assert "max_new_tokens=400 (task P)" in crashed["reason"]
     assert "Best parameters" in out and "'sampler.max_new_tokens': 400" not in out.split(
         "Best parameters")[1]
     assert (Path(crashed["run_dir"]) / "error.txt").exists()

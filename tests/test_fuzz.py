@@ -145,7 +145,7 @@ def test_parse_policy_line_never_raises(text):
 
 def test_numbers_are_plain_decimals_not_all_that_float_reads():
     assert parse_policy("M: e2e4  E: -0.25  B: e2e4").evals == (-0.25,)
-    for junk in ("1_0", "5e-1", "nan", "inf", "+0.3", "0x1"):
+    for junk in ("1_0", "5e-1", "nan", "inf", "+0.3", "0x1", "\u0663.\u0665"):  # Arabic 3.5
         assert not parse_policy(f"M: e2e4  E: {junk}  B: e2e4").ok, junk
 
 

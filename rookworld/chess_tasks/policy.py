@@ -15,7 +15,8 @@ from .sample import PolicyTruth, Sample
 FEN_WIDTH, MOVES_WIDTH, EVALS_WIDTH = 90, 30, 40
 MAX_MOVES = 5  # the engine's MultiPV lines: a longer list is malformed, not more credit
 UCI_RE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
-NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?$")  # a plain decimal: no exponent, underscore or sign +
+# a plain ASCII decimal: float() also reads exponents, underscores, "nan" and other digits
+NUMBER_RE = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
 MAX_COMPLETION_CHARS = 1024  # a P completion is ~125 characters; longer input is malformed
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import chess
 from tqdm import tqdm
 
+from ..errors import ConfigError
 from ..files import atomic_write_text
 from ..held_out import mean_se, n_key, se_key
 from . import stats
@@ -79,13 +80,17 @@ class SuiteSettings:
 
 
 def settings_from(node) -> SuiteSettings:
-    """SuiteSettings from a config node (a DictConfig or dict; `_target_` ignored)."""
+    """SuiteSettings from a config node (a DictConfig or dict; `_target_` ignored);
+    ConfigError ('strength: ...') for a bad value or an unknown key."""
     from omegaconf import DictConfig, OmegaConf
 
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) \
         else dict(node)
     data.pop("_target_", None)
-    return SuiteSettings(**data)
+    try:
+        return SuiteSettings(**data)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"strength: {e}") from None
 
 
 def open_suite(settings: SuiteSettings | None, eval_samples, out_dir: str | Path
