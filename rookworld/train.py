@@ -349,12 +349,13 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
         record_steps(run_dir, cfg.steps)
     dist = init_distributed(cfg.device)  # under torchrun: join the process group
     main = dist is None or dist.is_main
-    loggers = parts.loggers if main else []
     config_dict = redact_config(OmegaConf.to_container(cfg, resolve=True))
-    for lg in loggers:
-        lg.start(run_dir, config_dict)
+    loggers = []  # those started: a tracker that fails to start (wandb.init) is the run's error
     first = last = {}
     try:
+        for lg in parts.loggers if main else []:
+            lg.start(run_dir, config_dict)
+            loggers.append(lg)
         torch.manual_seed(cfg.seed)
         engine = build_engine(cfg, parts, reward, dist)
         chosen = {"backend": engine.backend.name,

@@ -250,6 +250,26 @@ def test_a_resume_that_raises_steps_records_them_and_keeps_the_first_evaluation(
     assert OmegaConf.load(tmp_path / "run_config.yaml").steps == 2
 
 
+def test_a_tracker_that_fails_to_start_is_recorded_as_the_runs_error(tiny_overrides,
+                                                                      tmp_path, monkeypatch):
+    """wandb.init failing (a network, a key): the run records its outcome and error.txt, and
+    the loggers that did start are finished, as for any other error."""
+    from rookworld.loggers import ConsoleLogger, ExamplesFile
+
+    finished = []
+    monkeypatch.setattr(ConsoleLogger, "finish", lambda self, o, s: finished.append(o.status))
+
+    def fail(self, run_dir, config):
+        raise RuntimeError("the tracker could not start")
+    monkeypatch.setattr(ExamplesFile, "start", fail)
+    with pytest.raises(RuntimeError, match="could not start"):
+        run(compose(tiny_overrides + ["logger=console"]), tmp_path)
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert outcome["status"] == "error" and "could not start" in outcome["reason"]
+    assert "could not start" in (tmp_path / "error.txt").read_text()
+    assert finished == ["error"]  # the console logger started before it and is finished
+
+
 @pytest.mark.slow  # three runs in subprocesses: ~30 s
 def test_resuming_a_finished_run_changes_nothing_unless_steps_rise(tiny_overrides, tmp_path):
     run_dir = tmp_path / "run"
