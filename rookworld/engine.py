@@ -337,19 +337,22 @@ class GRPOEngine:
         """`grpo.compute_loss` for the rows, from the forward (or the rollout's tape).
 
         first: the batch's first iteration, whose policy is the one that sampled. Its old
-        log-probs are then this forward's own, detached, and kept for later iterations, so
-        the ratio starts at exactly 1: the sampler's cached one-token steps round bf16
-        products (and autocast) apart from a teacher-forced pass, by up to ~0.1 nats."""
+        log-probs are then this forward's own, detached (kept for later iterations where
+        there are any), so the ratio starts at exactly 1: the sampler's cached one-token
+        steps round bf16 products (and autocast) apart from a teacher-forced pass, by up to
+        ~0.1 nats."""
         a = self.algorithm
         logits = logits_fn() if logits_fn else self._forward(b, rows)
         ids = b.rollout.completion_ids[rows]
-        if first:
-            b.rollout.logprobs[rows] = grpo.token_logprobs(logits.detach(), ids)
+        old = b.rollout.logprobs[rows]
+        if first:  # one update (the default): compute_loss takes its own; else kept here
+            old = None
+            if a.num_iterations > 1:
+                old = b.rollout.logprobs[rows] = grpo.token_logprobs(logits.detach(), ids)
         ref_lp = b.ref_logprobs[rows] if b.ref_logprobs is not None else None
         full = ref_lp is not None and a.kl_estimator in grpo.FULL_ESTIMATORS
         return grpo.compute_loss(
-            logits, ids, b.rollout.logprobs[rows],
-            b.advantages[rows], b.loss_mask[rows], ref_lp,
+            logits, ids, old, b.advantages[rows], b.loss_mask[rows], ref_lp,
             self._ref_logits(b, rows) if full else None, loss=a.loss, beta=beta,
             kl_estimator=a.kl_estimator, entropy_coef=a.entropy_coef)
 

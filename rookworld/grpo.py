@@ -531,7 +531,7 @@ class Algorithm:
                              f"advantages, got {self.advantage!r}")
 
 
-def compute_loss(logits: Tensor, ids: Tensor, old_logp: Tensor, advantages: Tensor,
+def compute_loss(logits: Tensor, ids: Tensor, old_logp: Tensor | None, advantages: Tensor,
                  mask: Tensor, ref_logp: Tensor | None = None, ref_logits: Tensor | None = None,
                  *, loss: PolicyLoss, beta: float = 0.0, kl_estimator: str = "k3",
                  entropy_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
@@ -540,14 +540,17 @@ def compute_loss(logits: Tensor, ids: Tensor, old_logp: Tensor, advantages: Tens
     aggregated by loss.agg_mode). -> (loss, metrics: detached scalars).
 
     logits [N, T, V] (already divided by the sampling temperature; logits[:, t] predicts
-    ids[:, t]); ids [N, T]; old_logp [N, T] (the sampling policy's); advantages [N] or
-    [N, T]; mask [N, T]. ref_logp [N, T]: the reference's token log-probs (None: no
-    reference, no KL term or KL metrics); ref_logits [N, T, V]: the reference's logits,
-    needed by the full_* estimators only. Metrics: loss/policy, policy/entropy, the
-    RATIO_STATS, kl/k1, kl/k2, kl/k3 (with a reference), kl/full_<direction> for every
-    direction under a full_* estimator (and kl/full under "full"), loss/kl when beta > 0."""
+    ids[:, t]); ids [N, T]; old_logp [N, T] (the sampling policy's; None when these logits
+    are the sampling policy's own, before any step: their detached log-probs, ratio 1);
+    advantages [N] or [N, T]; mask [N, T]. ref_logp [N, T]: the reference's token
+    log-probs (None: no reference, no KL term or KL metrics); ref_logits [N, T, V]: the
+    reference's logits, needed by the full_* estimators only. Metrics: loss/policy,
+    policy/entropy, the RATIO_STATS, kl/k1, kl/k2, kl/k3 (with a reference),
+    kl/full_<direction> for every direction under a full_* estimator (and kl/full under
+    "full"), loss/kl when beta > 0."""
     logp = token_logprobs(logits, ids)
-    pg, stats = policy_loss(logp, old_logp, advantages, mask, loss)
+    pg, stats = policy_loss(logp, logp.detach() if old_logp is None else old_logp, advantages,
+                            mask, loss)
     agg = functools.partial(aggregate, agg_mode=loss.agg_mode, max_len=loss.max_len)
     ent = entropy_from_logits(logits)
     metrics = {"loss/policy": pg.detach(), "policy/entropy": agg(ent.detach(), mask)}

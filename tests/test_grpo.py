@@ -17,9 +17,11 @@ from rookworld.grpo import (
     GroupAdvantage,
     PolicyLoss,
     aggregate,
+    compute_loss,
     group_advantages,
     policy_loss,
     silent_groups,
+    token_logprobs,
     zero_variance_groups,
 )
 
@@ -208,6 +210,23 @@ def test_ratio_is_against_old_logp_on_policy_gives_vanilla_gradient():
     assert stats["policy/ratio_mean"].item() == 1.0 and stats["policy/clip_frac_low"].item() == 0.0
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1 / 3] * 3, [0.25, 0.25, 0.0]]))
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_without_old_logprobs_the_loss_is_that_of_the_logits_own(level):
+    """old_logp=None (the sampling policy, before any step): the ratio is exactly 1, and
+    loss, metrics and gradient are those of the logits' own detached log-probs as old."""
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(1))
+    ids, adv = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([1.0, -1.0])
+    grads, results = [], []
+    for old in (None, token_logprobs(logits, ids)):
+        x = logits.clone().requires_grad_(True)
+        loss, m = compute_loss(x, ids, old, adv, MASK, loss=PolicyLoss(ratio_level=level))
+        loss.backward()
+        grads.append(x.grad)
+        results.append((float(loss.detach()), {k: float(v) for k, v in m.items()}))
+    assert results[0] == results[1] and torch.equal(grads[0], grads[1])
+    assert results[0][1]["policy/ratio_max"] == 1.0
 
 
 def test_policy_loss_vs_loop_all_variants():

@@ -59,7 +59,7 @@ def _run(overrides: list[str]) -> dict:
     for step in range(cfg.steps):
         batch = engine.rollout(parts.task_mix.draw(pools, cfg.prompts_per_step, step, cfg.seed),
                                step)
-        sampled = batch.rollout.logprobs.clone()  # the update's first pass replaces them
+        sampled = batch.rollout.logprobs.clone()  # the sampler's (several iterations replace them)
         m = engine.update(batch, step)
         r = batch.rollout
         out["steps"].append({
