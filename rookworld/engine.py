@@ -91,10 +91,11 @@ class GRPOEngine:
             self.critic = Critic(algorithm.critic, self.model, self.backend, optim, s.steps,
                                  s.seed)
         # the policy's log-probs of a rollout are read before the update only by PPO's KL in
-        # the rewards (`gae`): under autocast they come from a teacher-forced pass then, as
-        # the reference's, so that the KL starts at 0 (the update takes its own, `chunk_loss`)
-        self.teacher_forced_logprobs = self.amp is not None and \
-            algorithm.critic is not None and algorithm.critic.kl_penalty == "reward"
+        # the rewards (`gae`): under autocast or bf16 products they come from a teacher-forced
+        # pass then, as the reference's, so that the KL starts at 0 (the sampler's cached
+        # one-token steps round apart from it; the update takes its own, `chunk_loss`)
+        self.teacher_forced_logprobs = (self.amp is not None or self.products is not None) \
+            and algorithm.critic is not None and algorithm.critic.kl_penalty == "reward"
 
     # ---------------------------------------------------------------- rollout
     def _generator(self, step: int, salt: int) -> torch.Generator:
@@ -372,6 +373,10 @@ class GRPOEngine:
             b.rollout.tapes = []
         # the first iteration differentiates the policy that sampled: its kept forward
         taped, finals = self._tape_chunks(b)
+        if self.dist:  # one path on every rank: DDP's reducer and average_gradients do not pair
+            have = self.dist.all_reduce(torch.tensor([float(bool(taped))], device=self.device))
+            if int(have.item()) < world:  # some rank's tape did not fit: all run the forward
+                taped, finals, b.rollout.tapes = [], [], []
         agg, later, values = defaultdict(float), defaultdict(float), defaultdict(float)
         peak, skipped = None, 0
         with mmap_threshold_during(self.update_mmap_kib):
