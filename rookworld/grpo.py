@@ -343,9 +343,9 @@ RATIO_STATS = ("policy/clip_frac_low", "policy/clip_frac_high", "policy/ratio_me
 
 def is_token_mean(metric: str) -> bool:
     """Whether `compute_loss` measures this metric as a mean over real tokens (the KL
-    estimates, the clip fractions, the mean ratio) whatever the loss's agg_mode: chunks
-    combine it by their share of tokens."""
-    return metric.startswith("kl/") or metric in RATIO_STATS[:3]
+    estimates, the clip fractions, the mean ratio, the entropy) whatever the loss's
+    agg_mode: chunks combine it by their share of tokens."""
+    return metric.startswith("kl/") or metric in RATIO_STATS[:3] or metric == "policy/entropy"
 
 
 def clip_stats(ratio: Tensor, adv: Tensor, mask: Tensor, clip_low: float,
@@ -553,7 +553,9 @@ def compute_loss(logits: Tensor, ids: Tensor, old_logp: Tensor | None, advantage
                             mask, loss)
     agg = functools.partial(aggregate, agg_mode=loss.agg_mode, max_len=loss.max_len)
     ent = entropy_from_logits(logits)
-    metrics = {"loss/policy": pg.detach(), "policy/entropy": agg(ent.detach(), mask)}
+    # the metric is nats per token whatever the loss's aggregation (Dr. GRPO's divides by
+    # max_len); the bonus below takes the loss's
+    metrics = {"loss/policy": pg.detach(), "policy/entropy": token_mean(ent.detach(), mask)}
     total = pg - entropy_coef * agg(ent, mask) if entropy_coef else pg
     if ref_logp is not None:
         for name in KL_ESTIMATORS:

@@ -77,7 +77,9 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor
     else:
         v_clip = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
         err_clip = (v_clip - returns) ** 2
-        per_token, clipped = torch.maximum(err, err_clip), err_clip > err
+        # clipped: outside the range (inside it, old + (v - old) can round one ulp off v)
+        outside = (values - old_values).abs() > cliprange_value
+        per_token, clipped = torch.maximum(err, err_clip), outside & (err_clip > err)
     loss = 0.5 * token_mean(per_token, mask)
     return loss, {"value/loss": loss.detach(),
                   "value/clip_frac": token_mean(clipped.to(values.dtype), mask).detach()}

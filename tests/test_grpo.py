@@ -229,6 +229,19 @@ def test_without_old_logprobs_the_loss_is_that_of_the_logits_own(level):
     assert results[0][1]["policy/ratio_max"] == 1.0
 
 
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_entropy_metric_is_nats_per_token_under_every_aggregation(agg):
+    """policy/entropy is the token mean of the entropy whatever the loss divides by (Dr.
+    GRPO's max_len would shrink it by mean length / max_len)."""
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(2))
+    ids, adv = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([1.0, -1.0])
+    _, m = compute_loss(logits, ids, None, adv, MASK,
+                        loss=PolicyLoss(0.2, 0.2, "token", agg, 40))
+    ent = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+    assert float(m["policy/entropy"]) == pytest.approx(float((ent * MASK).sum() / MASK.sum()),
+                                                        rel=1e-6)
+
+
 def test_policy_loss_vs_loop_all_variants():
     g = torch.Generator().manual_seed(7)
     N, T = 6, 5

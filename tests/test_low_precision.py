@@ -108,6 +108,26 @@ def test_with_bf16_products_the_first_update_starts_at_ratio_one(tiny_overrides,
 
 
 @native
+def test_with_bf16_products_ppos_kl_in_the_rewards_starts_at_zero(tiny_overrides):
+    """Under kl_penalty=reward the rollout's policy log-probs meet the reference's in the
+    rewards: both come from a teacher-forced pass, so before any step they are equal (the
+    sampler's cached one-token steps round bf16 products apart from it)."""
+    from rookworld.data.load import read_samples
+
+    cfg = compose(tiny_overrides + ["backend=fast_gpt2", "autocast=bf16", "algorithm=ppo",
+                                    "algorithm.critic.kl_penalty=reward", "kl=fixed",
+                                    "sampler.temperature=1.0"])
+    parts = build_parts(cfg)
+    engine = build_engine(cfg, parts, LengthReward())
+    assert engine.amp is None and engine.products == torch.bfloat16
+    pools = {t: [s for s in read_samples(cfg.data.train) if s.task == t] for t in "PA"}
+    with low_precision(engine.products):
+        batch = engine.rollout(parts.task_mix.draw(pools, 2, 0, 0), 0)
+    mask = batch.rollout.completion_mask.bool()
+    assert torch.equal(batch.rollout.logprobs[mask], batch.ref_logprobs[mask])
+
+
+@native
 def test_a_run_updates_in_bf16_and_evaluates_in_float32(tiny_overrides, tmp_path, monkeypatch):
     from rookworld import train
     from rookworld.backends.fast_gpt2 import matmul

@@ -84,9 +84,20 @@ def test_the_clipped_value_loss_equals_its_formula(seed, clip):
                     float(old[i, t]) + max(-clip, min(clip, float(v[i, t] - old[i, t])))
                 b = (vc - float(ret[i, t])) ** 2
                 terms.append(0.5 * max(a, b))
-                clipped.append(b > a)
+                clipped.append(clip is not None and abs(float(v[i, t] - old[i, t])) > clip
+                               and b > a)
     assert float(loss) == pytest.approx(sum(terms) / len(terms))
     assert float(m["value/clip_frac"]) == pytest.approx(sum(clipped) / len(clipped))
+
+
+def test_a_value_inside_the_clip_range_is_not_counted_as_clipped():
+    """old + (v - old) rounds one ulp off v in float32 here; the value is 0.127 from its old
+    one, inside the range of 0.2, so nothing is clipped."""
+    v, old, ret = (torch.tensor([[x]]) for x in (0.08813405781984329, 0.2155674695968628,
+                                                 0.1108652874827385))
+    assert float(old + (v - old).clamp(-0.2, 0.2)) != float(v)  # the rounding is there
+    _, m = ppo.value_loss(v, old, ret, torch.ones(1, 1), 0.2)
+    assert float(m["value/clip_frac"]) == 0.0
 
 
 def test_whitening_and_explained_variance():
