@@ -428,6 +428,45 @@ def test_a_second_sweep_process_on_a_sqlite_study_stops_before_touching_it(tmp_p
     assert [t.state.name for t in study.get_trials()] == ["FAIL"]
 
 
+def test_a_sqlite_start_keeps_the_trials_whose_jobs_outlived_the_dead_sweep_process(tmp_path):
+    """A start on SQLite (no other sweep process lives) fails a RUNNING trial unless its job
+    lives: its process on this host, or a heartbeat within grace_s on another host (a
+    submitit job outlives a killed sweep process, and its result is recorded later)."""
+    import subprocess
+    import sys
+    import time
+
+    from rookworld.sweeps.callbacks import fail_stale_trials
+    from rookworld.sweeps.storage import open_storage
+    from rookworld.sweeps.trial import JOB_ATTR, job_identity
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    trials = [_running(study, lr) for lr in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)]
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    here = job_identity()
+    jobs = [{**here, "pid": live.pid}, {**here, "pid": int(ended.stdout)}, None,
+            {"host": "elsewhere", "pid": 1}, {"host": "elsewhere", "pid": 1}]
+    storage = open_storage(url)
+    ids = [storage.get_trial_id_from_study_id_trial_number(
+        storage.get_study_id_from_name("s"), t.number) for t in trials]
+    try:
+        for trial_id, job in zip(ids, jobs):
+            if job is not None:
+                storage.set_trial_system_attr(trial_id, JOB_ATTR, job)
+        storage.record_heartbeat(ids[4])  # the stale one: silent for twice the grace below
+        time.sleep(2.0)
+        storage.record_heartbeat(ids[3])  # the other host's live job beats on
+        assert sorted(fail_stale_trials(url, "s", grace_s=1)) == [1, 2, 4]
+        states = [t.state.name for t in optuna.load_study(study_name="s", storage=url).trials]
+        assert states == ["RUNNING", "FAIL", "FAIL", "RUNNING", "FAIL"]
+    finally:
+        live.kill()
+        live.wait()
+        storage.engine.dispose()
+
+
 def test_the_sweeper_leaves_every_other_error_as_it_is(monkeypatch, tmp_path):
     """Only Optuna's missing best trial becomes the message: another ValueError, or that one
     where the study cannot be read back, is raised as it is."""

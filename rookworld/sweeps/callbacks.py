@@ -5,8 +5,9 @@ study would keep it RUNNING forever. `FailStaleTrials` marks dead trials FAIL, w
 reason in the trial's `fail_reason` system attribute and its `reason` user attribute:
   at every start of the sweep command, by any worker, before new trials are asked
     (on_multirun_start): on SQLite, which serves one sweep process at a time, every
-    RUNNING trial, since none can be alive at start-up; on a shared server (PostgreSQL),
-    the RUNNING trials whose heartbeat stopped;
+    RUNNING trial but those whose job outlived the sweep process that asked for it (a
+    submitit job: its process lives on this host, or on another its heartbeat goes on);
+    on a shared server (PostgreSQL), the RUNNING trials whose heartbeat stopped;
   before each trial a worker runs (on_job_start): the RUNNING trials whose heartbeat
     stopped, so the workers still alive fail a dead worker's trials as the sweep goes on.
 A trial's job records a heartbeat every sweep.heartbeat_s seconds (rookworld.sweeps.trial);
@@ -41,6 +42,7 @@ from .storage import (
     release_sqlite_study,
     study_lock,
 )
+from .trial import JOB_ATTR, job_alive
 
 STALE_REASON = ("its process ended without reporting a result (killed or crashed hard); "
                 "marked FAIL by a later start of the sweep or by a worker still running")
@@ -50,7 +52,9 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
                       grace_s: int = GRACE_S) -> list[int]:
     """Mark the dead RUNNING trials of `study_name` FAIL; returns their numbers (nothing
     when the study does not exist yet). only_silent: only trials whose heartbeat is older
-    than grace_s (default: on for every storage but SQLite)."""
+    than grace_s (default: on for every storage but SQLite); off: every RUNNING trial but
+    those whose job (`trial.job_identity`) lives on this host, or runs on another with a
+    heartbeat within grace_s."""
     storage = open_storage(url, grace_s=grace_s)
     try:
         study_id = storage.get_study_id_from_name(study_name)
@@ -61,12 +65,18 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
         only_silent = not url.startswith("sqlite")
     failed = []
     try:
-        if only_silent:  # the same query Optuna's own fail_stale_trials makes
-            ids = storage._get_stale_trial_ids(study_id)
-        else:
-            ids = [storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-                   for t in storage.get_all_trials(study_id, deepcopy=False,
-                                                   states=(optuna.trial.TrialState.RUNNING,))]
+        stale = storage._get_stale_trial_ids(study_id)  # the query Optuna's own makes
+        if only_silent:
+            ids = stale
+        else:  # no sweep process lives: a trial lives only in a job that outlived its own
+            ids = []
+            for t in storage.get_all_trials(study_id, deepcopy=False,
+                                            states=(optuna.trial.TrialState.RUNNING,)):
+                alive = job_alive(t.system_attrs.get(JOB_ATTR))
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+                if alive is False or (alive is None and (JOB_ATTR not in t.system_attrs
+                                                         or trial_id in stale)):
+                    ids.append(trial_id)
         for trial_id in ids:
             try:
                 done = storage.get_trial(trial_id).user_attrs
@@ -90,8 +100,9 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
 
 class FailStaleTrials(Callback):
     """hydra.callbacks entry: dead RUNNING trials become FAIL at every start of a sweep
-    (every RUNNING trial on SQLite, the silent ones elsewhere) and before each of its
-    trials (the silent ones), after sweep.grace_s seconds without a heartbeat. On SQLite
+    (on SQLite every RUNNING trial without a live job, the silent ones elsewhere) and before
+    each of its trials (the silent ones), after sweep.grace_s seconds without a heartbeat.
+    On SQLite
     the sweep process holds the study for its lifetime (`hold_sqlite_study`): a second one
     started on it stops with a message, before it could fail the first one's live trials."""
 

@@ -74,8 +74,9 @@ class StudyInUse(RuntimeError):
 def hold_sqlite_study(db_path: str) -> None:
     """Take `<db_path>.lock` for this process (an exclusive flock, which the kernel releases
     when the process ends, however it ends): SQLite serves one sweep process at a time, and
-    a start of the sweep fails every RUNNING trial as dead, which is only right when no other
-    sweep process is alive. Raises StudyInUse when another process holds it."""
+    a start of the sweep fails every RUNNING trial without a live job of its own as dead,
+    which is only right when no other sweep process is alive. Raises StudyInUse when another
+    process holds it."""
     import fcntl
     import os
 

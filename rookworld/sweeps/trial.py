@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import threading
 import time
 import traceback
@@ -222,7 +224,6 @@ def exit_with_parent() -> None:
     next start of the sweep fails them). Jobs in the driver's own process (the basic
     launcher) or started by submitit are not children of this kind and keep running."""
     import multiprocessing
-    import os
 
     global _WATCHING
     parent = multiprocessing.parent_process()
@@ -238,6 +239,30 @@ def exit_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+JOB_ATTR = "rookworld_job"  # system attribute: the host and process of the trial's job
+
+
+def job_identity() -> dict:
+    """{"host", "pid"} of this process, recorded on the trial whose job it runs, so that a
+    later start of the sweep can tell a live job (a submitit one outlives the sweep
+    process) from a dead one without waiting out the grace period."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def job_alive(job: dict | None) -> bool | None:
+    """Whether the recorded job's process lives: True or False on this host, None for a job
+    on another host or none recorded (its heartbeat must tell)."""
+    if not job or job.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(job["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
 
 
 class Heartbeat:
@@ -259,6 +284,7 @@ class Heartbeat:
             storage = open_storage(self.study.storage)
             trial_id = find_trial_id(
                 storage, storage.get_study_id_from_name(self.study.study_name), self.cfg)
+            storage.set_trial_system_attr(trial_id, JOB_ATTR, job_identity())
             storage.record_heartbeat(trial_id)
         except Exception as e:  # noqa: BLE001 - a job runs without a heartbeat rather than not at all
             print(f"[rookworld] no heartbeat for this trial ({type(e).__name__}: {e})",
