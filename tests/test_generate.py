@@ -171,3 +171,47 @@ def test_kind_shares_and_multipv_are_checked_before_any_game_is_played(tmp_path)
         with pytest.raises(ValueError, match=match):
             run(_cfg(tmp_path / "x", tmp_path / "cache", *bad))
         assert not (tmp_path / "cache").exists()
+
+
+def test_a_kind_shares_are_checked_before_any_game_is_played(tmp_path):
+    """played is the rest of the A samples: a share other than 1 - the others is refused,
+    as are shares outside [0, 1], the others summing past 1 and unknown kinds."""
+    from rookworld.errors import ConfigError
+
+    for bad, match in ((["a_kinds.played=0.1"], r"a_kinds\.played is the rest.*0\.76"),
+                       (["a_kinds.illegal=0.2"], r"a_kinds\.played is the rest.*0\.66"),
+                       (["a_kinds.illegal=0.9", "a_kinds.mate=0.5", "a_kinds.played=0"],
+                        "sum to <= 1"),
+                       (["a_kinds.illegal=-0.1", "a_kinds.played=0.96"], r"lie in \[0, 1\]"),
+                       (["~a_kinds.played"], r"a_kinds\.played is the rest"),
+                       (["+a_kinds.castle=0.1"], "unknown kind")):
+        with pytest.raises(ConfigError, match=match):
+            run(_cfg(tmp_path / "x", tmp_path / "cache", *bad))
+        assert not (tmp_path / "cache").exists()
+
+
+def test_a_kind_shares_that_sum_to_one_are_accepted():
+    from rookworld.data.select import check_a_kinds
+
+    check_a_kinds({"played": 0.66, "illegal": 0.2, "mate": 0.06, "draw": 0.06,
+                   "seventyfive": 0.02})
+    check_a_kinds({"played": 0, "illegal": 0.7, "mate": 0.2, "draw": 0.1})
+    check_a_kinds({"played": 1})
+
+
+def test_a_kinds_never_make_more_samples_than_asked():
+    """Shares rounded up (3 x 0.5 -> 2, twice) stop at n; played fills what the others leave."""
+    import random
+    from collections import Counter
+
+    from rookworld.data.positions import Position
+    from rookworld.data.select import env_samples
+
+    # the rook mates on the back rank (Ra8#) wherever the white king stands
+    fens = [f"6k1/5ppp/8/8/8/8/8/R{row} w - - 0 1" for row in ("3K3", "4K2", "5K1", "6K")]
+    positions = [Position(f, "endgame", 0, i, (), "a1a2") for i, f in enumerate(fens)]
+    for n, kinds in ((3, {"illegal": 2, "mate": 1}), (5, {"illegal": 2, "mate": 2, "played": 1}),
+                     (1, {"played": 1})):
+        out = env_samples(positions, n, {"played": 0.0, "illegal": 0.5, "mate": 0.5},
+                          {"endgame": 1.0}, random.Random(0))
+        assert Counter(s.meta["kind"] for s in out) == kinds

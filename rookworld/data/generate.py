@@ -30,7 +30,13 @@ from rookworld.errors import ConfigError, check_not_shipped
 from .card import write_card
 from .games import GameStyle, play_games
 from .positions import Position, game_positions
-from .select import check_p_kinds, env_samples, policy_positions, policy_samples
+from .select import (
+    check_a_kinds,
+    check_p_kinds,
+    env_samples,
+    policy_positions,
+    policy_samples,
+)
 from .splits import split_of
 
 SHIPPED_DATA = Path(__file__).parents[1] / "assets" / "data"  # the bundled splits default runs read
@@ -116,6 +122,7 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"engine.multipv must lie in 1..{MAX_MOVES} (the P task lists at most "
                          f"{MAX_MOVES} moves), got {cfg.engine.multipv}")
     check_p_kinds(_p_kinds(cfg), cfg.get("only_move_gap", 1.0), cfg.engine.multipv)
+    check_a_kinds(OmegaConf.to_container(cfg.a_kinds))
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     check_not_shipped(str(out), SHIPPED_DATA, cfg.get("replace_shipped", False), "out_dir")
     out.mkdir(parents=True, exist_ok=True)

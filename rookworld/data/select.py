@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 
 import chess
 
 from rookworld.chess_tasks import env_sample, policy_sample
+from rookworld.errors import ConfigError
 
 from .positions import (
     Position,
@@ -132,6 +134,26 @@ def policy_samples(positions: list[Position], labels: dict, seed: int,
     return out
 
 
+A_KINDS = ("played", "illegal", "mate", "draw", "seventyfive")
+
+
+def check_a_kinds(kinds: dict) -> None:
+    """ConfigError for shares of unknown kinds or outside [0, 1], the shares other than
+    "played" summing past 1, or a "played" share other than the rest, 1 - the others'
+    sum: "played" takes the samples the other kinds leave (see env_samples)."""
+    if unknown := set(kinds) - set(A_KINDS):
+        raise ConfigError(f"a_kinds: unknown kind(s) {sorted(unknown)}; known: {list(A_KINDS)}")
+    others = {k: v for k, v in kinds.items() if k != "played"}
+    if any(isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1
+           for v in kinds.values()) or sum(others.values()) > 1 + 1e-9:
+        raise ConfigError("a_kinds: shares must lie in [0, 1] and those other than played sum "
+                          f"to <= 1, got {kinds}")
+    rest = 1 - sum(others.values())
+    if not math.isclose(kinds.get("played", -1), rest, abs_tol=1e-9):
+        raise ConfigError(f"a_kinds.played is the rest of the A samples, 1 - the other shares "
+                          f"= {rest:.6g}; got {kinds.get('played')} in {kinds}")
+
+
 def _choice(items: list, rng: random.Random):
     return rng.choice(items) if items else None
 
@@ -146,8 +168,10 @@ def _env(p: Position, move: str | None, fen: str | None = None, kind: str = ""):
 
 def env_samples(positions: list[Position], n: int, kinds: dict, shares: dict,
                 rng: random.Random) -> list:
-    """n A samples, `kinds` the share of each kind (see positions.py); kinds that
-    find too few moves leave their place to "played"."""
+    """Up to n A samples, `kinds` the share of each kind (see positions.py): round(n x share)
+    of each kind but "played" (as many as fit in n, kinds in the order given), then "played"
+    moves for the rest, which thus fill the places of kinds that find too few moves. The
+    "played" share itself is not read: `check_a_kinds` holds it to the rest."""
     positions = [p for p in positions if p.played]  # the game goes on: a legal move exists
     played = list({(p.key, p.played): p for p in positions}.values())
     ends = [p for p in positions if p.phase == "endgame"]
@@ -160,7 +184,7 @@ def env_samples(positions: list[Position], n: int, kinds: dict, shares: dict,
         "seventyfive": (ends, _seventyfive),
     }
     if unknown := set(kinds) - set(makers):
-        raise ValueError(f"a_kinds: unknown kind(s) {sorted(unknown)}; known: {sorted(makers)}")
+        raise ConfigError(f"a_kinds: unknown kind(s) {sorted(unknown)}; known: {list(A_KINDS)}")
     out, seen = [], set()
 
     def unique(make):  # the same prompt never twice, whatever kinds produced it
@@ -174,7 +198,7 @@ def env_samples(positions: list[Position], n: int, kinds: dict, shares: dict,
 
     for kind in sorted(kinds, key=lambda k: k == "played"):  # "played" last: fills shortfalls
         cands, make = makers[kind]
-        want = n - len(out) if kind == "played" else round(n * kinds[kind])
+        want = n - len(out) if kind == "played" else min(round(n * kinds[kind]), n - len(out))
         out += stratified(cands, want, shares, rng, unique(make))
     return out
 
