@@ -115,7 +115,7 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "k1": kl_k1, "k2": kl_k2, "k3": kl_k3,
 }
 # full_<direction>: exact KL from both models' logits (the engine calls kl_full); "full" is
-# full_forward under its older name
+# an alias of full_forward
 FULL_ESTIMATORS = {"full": "forward", **{f"full_{d}": d for d in KL_DIRECTIONS}}
 KL_ESTIMATOR_NAMES = (*KL_ESTIMATORS, *FULL_ESTIMATORS)
 

@@ -2,7 +2,7 @@
 
 Everything that trains, scores or evaluates passes `Sample`s around; rewards
 read `sample.truth` and never re-derive it from text, so the ground truth can
-not be silently dropped on the way (a trap the earlier code fell into).
+not be silently dropped on the way.
 """
 
 from __future__ import annotations
