@@ -467,6 +467,41 @@ def test_a_sqlite_start_keeps_the_trials_whose_jobs_outlived_the_dead_sweep_proc
         storage.engine.dispose()
 
 
+def test_a_batch_whose_launch_raises_fails_its_trials_with_the_reason(tmp_path):
+    """A launch that raises (a searched group value Hydra cannot compose, a killed joblib
+    worker) fails that batch's trials with the error as their reason, and the sweep goes on;
+    a trial whose job recorded its objective before the error keeps it."""
+    from types import SimpleNamespace
+
+    from hydra.core.utils import JobStatus
+
+    from hydra_plugins.rookworld_sweeper import BatchFailures
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    done, lost, own = _running(study, 1e-3), _running(study, 1e-4), _running(study, 1e-5)
+    done.set_user_attr("objective", 0.25)  # its job ended before the worker pool broke
+    own.set_user_attr("reason", "seed 0: ConfigError: bad")
+
+    class Broken:
+        def launch(self, job_overrides, initial_job_idx):
+            raise RuntimeError("A worker process terminated abruptly\nmore detail")
+
+    launcher = BatchFailures(Broken(), SimpleNamespace(storage=url, study_name="s"))
+    overrides = [[f"optim.lr={t.params['optim.lr']}", f"sweep.trial={t.number}"]
+                 for t in (done, lost, own)]
+    returns = launcher.launch(overrides, initial_job_idx=0)
+    assert [r.status for r in returns] == [JobStatus.COMPLETED, JobStatus.FAILED,
+                                           JobStatus.FAILED]
+    assert returns[0].return_value == 0.25
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    reason = ("its batch could not be launched: RuntimeError: A worker process terminated "
+              "abruptly")
+    assert trials[1].user_attrs["reason"] == reason
+    assert trials[1].system_attrs["fail_reason"] == reason
+    assert trials[2].user_attrs["reason"] == "seed 0: ConfigError: bad"  # its job's own
+    assert "reason" not in trials[0].user_attrs
+
+
 def test_the_sweeper_leaves_every_other_error_as_it_is(monkeypatch, tmp_path):
     """Only Optuna's missing best trial becomes the message: another ValueError, or that one
     where the study cannot be read back, is raised as it is."""

@@ -98,6 +98,31 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
     return failed
 
 
+def settle_unlaunched(url: str, study_name: str, numbers: list[int], reason: str
+                      ) -> dict[int, float | None]:
+    """The trials of a batch whose launch raised (a config the launcher cannot compose, a
+    killed joblib worker): number -> the objective its job recorded (a job that finished
+    before the launcher failed: it counts), or None, after recording `reason` on the trial
+    where its job recorded none. The sweeper then tells Optuna each result."""
+    storage = open_storage(url)
+    out: dict[int, float | None] = {}
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+        for number in numbers:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+            attrs = storage.get_trial(trial_id).user_attrs
+            if "objective" in attrs and not attrs.get("reason"):
+                out[number] = float(attrs["objective"])
+                continue
+            out[number] = None
+            if not attrs.get("reason"):
+                storage.set_trial_user_attr(trial_id, "reason", reason)
+                storage.set_trial_system_attr(trial_id, "fail_reason", reason)
+    finally:
+        storage.engine.dispose()
+    return out
+
+
 class FailStaleTrials(Callback):
     """hydra.callbacks entry: dead RUNNING trials become FAIL at every start of a sweep
     (on SQLite every RUNNING trial without a live job, the silent ones elsewhere) and before
