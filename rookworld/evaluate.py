@@ -11,7 +11,9 @@ with paired intervals (both scored the same samples).
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -110,8 +112,81 @@ def check_settings(cfg: DictConfig) -> None:
         settings_from(cfg.strength)
 
 
-def read_against(path: str) -> dict:
-    """An earlier `out` file, for `against=`; ConfigError when it cannot be read."""
+SECTIONS = ("held_out", "external", "strength")  # the metric sections out= holds
+
+
+def suite_sections(suite: str) -> tuple[str, ...]:
+    """The sections an evaluation of `suite` can measure (external: when its file exists)."""
+    return (("held_out", "external") if suite != "strength" else ()) \
+        + (("strength",) if suite != "held_out" else ())
+
+
+def is_number(value) -> bool:
+    """A JSON number (int or float, NaN and infinities included), not a boolean."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_by_position(key: str) -> bool:
+    """A per-item list whose items may be null (an illegal answer: `acpl_by_position`)."""
+    return key.removesuffix("_masked").endswith("_by_position")
+
+
+def shown(value) -> str:
+    """A JSON value as a message quotes it: its JSON text, cut at 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_against(path: str, earlier: dict, sections: tuple[str, ...] = SECTIONS) -> None:
+    """ConfigError naming the file and the key unless `earlier` is what out= writes: at
+    least one of `sections`, each section an object of numbers (its counts, `eval_n/...`,
+    integers >= 0), and `per_sample` (when
+    there) an object of sections, each an object of lists of numbers (null only in a
+    `..._by_position` list)."""
+    where = f"against={path}"
+    found = [s for s in SECTIONS if s in earlier]
+    if not found:
+        raise ConfigError(f"{where}: holds none of the evaluation's sections "
+                          f"({', '.join(SECTIONS)}): not an out= file of python -m "
+                          "rookworld.evaluate")
+    if not set(found) & set(sections):
+        raise ConfigError(f"{where}: holds {', '.join(found)} only, none of the sections this "
+                          f"evaluation measures ({', '.join(sections)}): run the suite the "
+                          "file was written with")
+    for section in found:
+        metrics = earlier[section]
+        if not isinstance(metrics, dict):
+            raise ConfigError(f"{where}: {section} is {type(metrics).__name__}, not an object "
+                              "of metrics")
+        for key, value in metrics.items():
+            if not is_number(value):
+                raise ConfigError(f"{where}: {section}.{key} is {shown(value)}, not a number")
+            if key.partition("/")[0].endswith("_n") and not (isinstance(value, int)
+                                                             and value >= 0):
+                raise ConfigError(f"{where}: {section}.{key} is {shown(value)}, not a count "
+                                  "(an integer >= 0)")
+    per_sample = earlier.get("per_sample", {})
+    if not isinstance(per_sample, dict):
+        raise ConfigError(f"{where}: per_sample is {type(per_sample).__name__}, not an object "
+                          "of sections")
+    for section, values in per_sample.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: per_sample.{section} is {type(values).__name__}, "
+                              "not an object of per-sample lists")
+        for key, items in values.items():
+            if not isinstance(items, list):
+                raise ConfigError(f"{where}: per_sample.{section}.{key} is "
+                                  f"{type(items).__name__}, not a list of numbers")
+            for value in items:
+                if not (is_number(value) or (value is None and is_by_position(key))):
+                    raise ConfigError(f"{where}: per_sample.{section}.{key} holds "
+                                      f"{shown(value)}, not a number")
+
+
+def read_against(path: str, sections: tuple[str, ...] = SECTIONS) -> dict:
+    """An earlier `out` file, for `against=`, checked (`check_against`) for the sections an
+    evaluation of `sections` measures; ConfigError when it cannot be read or is not an out=
+    file."""
     try:
         earlier = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:  # missing, unreadable, or not JSON
@@ -120,7 +195,35 @@ def read_against(path: str) -> dict:
     if not isinstance(earlier, dict):
         raise ConfigError(f"against={path}: not an out= file of python -m rookworld.evaluate "
                           "(a JSON object of metrics)")
+    check_against(path, earlier, sections)
     return earlier
+
+
+def check_out(path: str) -> None:
+    """ConfigError unless out= can be written: not a directory, its folder made (when
+    missing) and a file created and removed there, before the data and the model load."""
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"out={path}: a directory; give a file path, such as "
+                          f"out={out / 'metrics.json'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"out={path}: cannot write a file in its folder ({e})") from None
+
+
+def write_out(path: str, results: dict, per_sample: dict) -> None:
+    """The metrics and each sample's values as JSON, replacing path whole (`atomic_write_text`:
+    an earlier file stays as it was when the write fails); ConfigError naming the path and
+    the error for a write that fails (a full disk)."""
+    try:
+        atomic_write_text(Path(path), json.dumps(results | {"per_sample": per_sample}) + "\n")
+    except OSError as e:
+        raise ConfigError(f"out={path}: not saved ({e}); the evaluation's figures are printed "
+                          "above") from None
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", execution_whitelist=WHITELIST)
@@ -135,13 +238,10 @@ def run(cfg: DictConfig) -> None:
     """Measure cfg.model as cfg says and print (and with `out=`, write) the metrics;
     ConfigError for a bad setting or input, before the model loads where it can be told."""
     check_settings(cfg)
-    earlier = read_against(cfg.against) if cfg.against else None
+    earlier = read_against(cfg.against, suite_sections(cfg.suite)) if cfg.against else None
+    if cfg.out:  # checked before the measurements, so a path that cannot be written fails first
+        check_out(cfg.out)
     runtime.setup()  # the process-wide choices, before the model
-    if cfg.out:  # made before the measurements, so a path that cannot be written fails first
-        try:
-            Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"out={cfg.out}: cannot make its folder ({e})") from None
     held_out = read_samples(cfg.data.eval)
     suite = strength_suite(cfg, held_out) if cfg.suite != "held_out" else None
     reward = None
@@ -172,7 +272,7 @@ def run(cfg: DictConfig) -> None:
         print(f"\n{split}: {cfg.against} (before) against this model (after)\n\n"
               + before_after_table(before, after))
     if cfg.out:
-        atomic_write_text(Path(cfg.out), json.dumps(results | {"per_sample": per_sample}) + "\n")
+        write_out(cfg.out, results, per_sample)
 
 
 if __name__ == "__main__":
