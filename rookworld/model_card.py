@@ -251,6 +251,14 @@ def strength_curve_section(rows: list[dict], source: str) -> str:
     return f"{source} {STRENGTH_NOTE[0].upper()}{STRENGTH_NOTE[1:]}.\n\n{curve_table(rows)}"
 
 
+def _evaluate_again(per_task: int) -> str:
+    """The command that measures the card's held-out and external figures again."""
+    split = "" if not per_task else f"'s first {per_task} samples per task"
+    return (f"`python -m rookworld.evaluate model.path=<this directory> "
+            f"data.eval_per_task={per_task}` (the held-out split{split}, and rook_val_500 "
+            "when present)")
+
+
 def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = None) -> str:
     """The model card: how the model was made (every stage of its lineage), its greedy
     held-out and external metrics with intervals, and its compute curve.
@@ -290,8 +298,8 @@ replace the shipped model without it);
 {total['steps']} of {cfg.steps} scheduled steps). Batches are a function of (seed, step), so
 `resume=true` continues a stage exactly.
 
-Greedy decoding is deterministic: `python -m rookworld.evaluate data.eval_per_task=0` (this model,
-the whole held-out split, and rook_val_500 when present) prints the figures below again.
+Greedy decoding is deterministic: {_evaluate_again(getattr(getattr(cfg, 'data', None), 'eval_per_task', 0))} prints the figures below
+again.
 
 ## Greedy metrics on the held-out split ({_counts(ev['held_out'])} samples)
 
@@ -302,7 +310,7 @@ the whole held-out split, and rook_val_500 when present) prints the figures belo
 ## Greedy metrics on rook_val_500 (external P-task set, 30 s Stockfish labels, \
 `B:` relabelled as argmax(E))
 
-{_table(ext) if ext else 'not measured (file not found when the model was made)'}
+{_table(ext) if ext else 'not measured (`data.external_eval` unset, or its file absent)'}
 
 ## Playing strength
 

@@ -103,3 +103,24 @@ def test_the_command_writes_a_strength_curve_or_names_what_is_missing(tmp_path):
     with pytest.raises(SystemExit):  # an evaluation and a curve at once
         main([str(curve), "--curve", str(curve), "--card", str(card), "--source", "x"])
     assert card.read_text() == text
+
+
+@pytest.mark.parametrize("per_task, words", [(0, "(the held-out split, and"),
+                                             (3, "(the held-out split's first 3 samples")])
+def test_the_card_names_the_evaluation_that_measures_its_figures_again(per_task, words):
+    from types import SimpleNamespace
+
+    from transformers import GPT2Config
+
+    from rookworld.model_card import model_card
+    stage = {"stage": 1, "start": "random weights", "steps": 2, "samples": 8, "minutes": 1.0,
+             "command": "python -m rookworld.pretrain", "data": None, "commit": "abc1234"}
+    card = model_card(SimpleNamespace(curve_per_task=1, steps=2,
+                                      data=SimpleNamespace(eval_per_task=per_task)),
+                      GPT2Config(vocab_size=50, n_positions=40, n_embd=32, n_layer=2, n_head=2),
+                      {"eval": {"held_out": {}}, "parameters": 1000},
+                      {"stages": [stage], "curve": []})
+    assert ("`python -m rookworld.evaluate model.path=<this directory> "
+            f"data.eval_per_task={per_task}` {words}") in card
+    assert "not measured (`data.external_eval` unset, or its file absent)" in card
+
