@@ -27,6 +27,7 @@ from tqdm import tqdm
 from . import precision, runtime
 from .config import WHITELIST, check_ints, check_model_path, check_targets, instantiate
 from .data.load import read_samples
+from .data.loaders import ON_DEFECT
 from .errors import ConfigError, check_not_shipped
 from .evaluate import measure
 from .files import atomic_write_text, sha256_file
@@ -55,9 +56,9 @@ _INT_RULES = {  # key: (minimum, what it takes) of pretrain's integer settings
 
 def check_settings(cfg: DictConfig) -> None:
     """ConfigError naming the key for a setting pretrain cannot run with, before the data
-    (a read of ~30 s) and the model load: its own counts and rates, the device (as train
-    checks it), the model path, and the sampler, reward and strength groups that the curve
-    and the final measurement build only after training."""
+    (a read of ~30 s) and the model load: its own counts, rates, time budget and defect
+    choice, the device (as train checks it), the model path, and the sampler, reward and
+    strength groups that the curve and the final measurement build only after training."""
     check_targets(cfg)
     check_ints(cfg, _INT_RULES)
     for key, positive in (("lr", True), ("min_lr", False)):
@@ -66,6 +67,14 @@ def check_settings(cfg: DictConfig) -> None:
                 or v < 0 or (positive and v == 0):
             raise ConfigError(f"{key} must be a finite number {'> 0' if positive else '>= 0'}, "
                               f"got {v!r}")
+    v = cfg.get("max_minutes")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"max_minutes must be a finite number > 0, got {v!r}")
+    v = cfg.get("stop_at")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise ConfigError(f"stop_at must be an integer >= 1 or null (run to steps), got {v!r}")
+    if cfg.data.on_defect not in ON_DEFECT:
+        raise ConfigError(f"data.on_defect must be drop or relabel, got {cfg.data.on_defect!r}")
     try:
         precision.check_choice(cfg.autocast)
     except ValueError as e:
@@ -190,10 +199,11 @@ def read_curve(path: Path) -> list[dict]:
 
 
 def device_name(device: torch.device, dtype: torch.dtype | None) -> str:
-    """'cpu', or the GPU's name with the autocast dtype: where a stage trained."""
-    if device.type != "cuda":
-        return "cpu"
+    """Where a stage trained: 'cpu' (float32), 'cpu, <dtype> autocast', or the GPU's name
+    with its autocast dtype or float32."""
     cast = f"{str(dtype).removeprefix('torch.')} autocast" if dtype else "float32"
+    if device.type != "cuda":
+        return f"cpu, {cast}" if dtype else "cpu"
     return f"{torch.cuda.get_device_name(device)}, {cast}"
 
 
@@ -283,26 +293,26 @@ def run(cfg: DictConfig) -> None:
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    train = read_samples(cfg.data.train)
+    train = read_samples(cfg.data.train, cfg.data.on_defect)
     if cfg.batch_size > len(train):  # a batch draws distinct samples
         raise ConfigError(f"batch_size={cfg.batch_size} is more than the {len(train)} samples "
                           f"of data.train={cfg.data.train}; lower it")
-    held_out = read_samples(cfg.data.eval)
+    held_out = read_samples(cfg.data.eval, cfg.data.on_defect)
     policy = instantiate(cfg.model)
     device = torch.device(cfg.device)
     dtype = precision.autocast_dtype(cfg.autocast, device)
     policy.model.to(device)
-    # the stages that made the starting weights, kept in the run directory so that a
-    # resumed run does not read its own export as its parent
-    parent_file = out / "parent.json"
-    if not parent_file.exists():
-        atomic_write_text(parent_file, json.dumps(read_lineage(
-            policy.source / LINEAGE if policy.source else None), indent=1))
     step, elapsed = 0, 0.0
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
     if cfg.resume:
         step, elapsed = resume_state(out, policy, opt)
+    # the stages that made the starting weights, kept in the run directory so that a
+    # resumed run does not read its own export as its parent; a run from step 0 writes its own
+    parent_file = out / "parent.json"
+    if step == 0 or not parent_file.exists():
+        atomic_write_text(parent_file, json.dumps(read_lineage(
+            policy.source / LINEAGE if policy.source else None), indent=1))
     for log in ("pretrain_log.jsonl", "curve.jsonl"):  # rows past the checkpoint come again
         try:
             MetricsFile(out / log).truncate_to(step + 1)  # a row's step: those it has done

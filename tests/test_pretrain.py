@@ -253,3 +253,79 @@ def test_with_a_strength_suite_the_curve_and_the_card_carry_playing_strength(tmp
     assert (tmp_path / "run" / "strength" / "final" / "strength.md").exists()
     card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
     assert "| puzzles_first | " in card and "| puzzles_first | puzzles_illegal |" in card
+
+
+def test_a_start_over_in_a_used_out_dir_records_its_own_starting_weights(tmp_path,
+                                                                         synthetic_data):
+    """resume=false in an out_dir that a run from the shipped model used: the export's
+    lineage starts from this run's random weights, not from the shipped model's stages."""
+    train, held_out = synthetic_data
+    out, export = tmp_path / "run", tmp_path / "export"
+    _pretrain(out, train, held_out, "steps=1", "curve_every=0", model=("model=embedded",))
+    _pretrain(out, train, held_out, "steps=1", "curve_every=0", "resume=false",
+              f"export_to={export}")
+    lineage = json.loads((export / "training.json").read_text())
+    assert [(s["stage"], s["start"]) for s in lineage["stages"]] == [(1, "random weights")]
+    assert "1. From random weights: 1 steps" in (export / "MODEL_CARD.md").read_text()
+
+
+def test_pretrain_relabels_or_drops_defective_rook_rows_as_data_on_defect_says(tmp_path,
+                                                                               synthetic_data):
+    from test_data import A_LINE, P_LINE  # P_LINE's B: is not its best move
+
+    _, held_out = synthetic_data
+    train = tmp_path / "rook.txt"
+    train.write_text("\n".join([P_LINE, A_LINE] * 2) + "\n")
+    p = _pretrain_run(tmp_path / "relabel", str(train), held_out, "steps=1",
+                      "data.on_defect=relabel")
+    assert p.returncode == 0, p.stderr[-2000:]
+    report = json.loads((tmp_path / "relabel" / "pretrain_report.json").read_text())
+    assert report["data"]["samples"] == 4
+    p = _pretrain_run(tmp_path / "drop", str(train), held_out, "steps=1")  # drop by default
+    assert p.returncode == 1 and "more than the 2 samples" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("max_minutes=null", "max_minutes must be a finite number > 0, got None"),
+    ("max_minutes=-5", "max_minutes must be a finite number > 0, got -5"),
+    ("max_minutes=0", "max_minutes must be"),
+    ("max_minutes=abc", "max_minutes must be"),
+    ("stop_at=0", "stop_at must be an integer >= 1 or null"),
+    ("stop_at=1.5", "stop_at must be"),
+    ("stop_at=true", "stop_at must be"),
+    ("data.on_defect=ignore", "data.on_defect must be drop or relabel"),
+])
+def test_a_bad_time_budget_stop_or_defect_choice_is_named_before_loading(override, message):
+    from rookworld.config import compose
+    from rookworld.errors import ConfigError
+    from rookworld.pretrain import check_settings
+
+    with pytest.raises(ConfigError, match=message):
+        check_settings(compose([override], config_name="pretrain"))
+
+
+def test_good_time_budgets_and_stops_pass_the_checks():
+    from rookworld.config import compose
+    from rookworld.pretrain import check_settings
+
+    for overrides in (["max_minutes=0.5", "stop_at=3"], ["max_minutes=40", "stop_at=null"],
+                      ["data.on_defect=relabel"]):
+        check_settings(compose(overrides, config_name="pretrain"))
+
+
+def test_max_minutes_null_ends_pretrain_with_one_line(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "rookworld.pretrain", "max_minutes=null",
+                        f"out_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1] == (
+        "rookworld: max_minutes must be a finite number > 0, got None")
+    assert not (tmp_path / "run").exists()  # stopped before anything was written
+
+
+def test_a_stage_records_where_it_trained_with_its_autocast_dtype():
+    from rookworld.pretrain import device_name
+
+    cpu = torch.device("cpu")
+    assert device_name(cpu, None) == "cpu"
+    assert device_name(cpu, torch.bfloat16) == "cpu, bfloat16 autocast"
