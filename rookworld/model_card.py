@@ -265,6 +265,7 @@ def model_card(cfg, arch, report: dict, lineage: dict, curve_png: str | None = N
     arch: the model's config (`architecture` describes it)."""
     ev = report["eval"]
     ext = ev.get("external")
+    per_task = getattr(getattr(cfg, "data", None), "eval_per_task", 0)  # the figures' samples
     curve = lineage["curve"]
     total = lineage["stages"][-1]
     curve_md = "no curve was recorded (`curve_every=0`)"
@@ -298,7 +299,7 @@ replace the shipped model without it);
 {total['steps']} of {cfg.steps} scheduled steps). Batches are a function of (seed, step), so
 `resume=true` continues a stage exactly.
 
-Greedy decoding is deterministic: {_evaluate_again(getattr(getattr(cfg, 'data', None), 'eval_per_task', 0))} prints the figures below
+Greedy decoding is deterministic: {_evaluate_again(per_task)} prints the figures below
 again.
 
 ## Greedy metrics on the held-out split ({_counts(ev['held_out'])} samples)
