@@ -54,11 +54,20 @@ def fsync_dir(path: Path) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write text to path through a temporary file of its own (unique per writer, so that
     writers racing on one path, such as torchrun's ranks, each replace it whole)."""
+    _atomic_write(path, text, "w")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """atomic_write_text for bytes: path holds its old content or data, never a part."""
+    _atomic_write(path, data, "wb")
+
+
+def _atomic_write(path: Path, content: str | bytes, mode: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            f.write(content)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, file_mode())

@@ -1,7 +1,13 @@
 """The generator: config composes, output is deterministic (to the byte, across code
-changes too), a re-run reuses its cache."""
+changes too), a re-run reuses its cache, and a kill, a full disk or a damaged cache loses
+nothing."""
 
+import errno
+import gzip
 import hashlib
+import os
+import resource
+import signal
 from pathlib import Path
 
 import chess
@@ -215,3 +221,176 @@ def test_a_kinds_never_make_more_samples_than_asked():
         out = env_samples(positions, n, {"played": 0.0, "illegal": 0.5, "mate": 0.5},
                           {"endgame": 1.0}, random.Random(0))
         assert Counter(s.meta["kind"] for s in out) == kinds
+
+
+# Faults (docs/reliability.md, "The data generator"): each test injects one.
+
+class _Killed(BaseException):
+    """A kill, simulated: raised where the process would die, and caught by nothing."""
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in folder.iterdir()}
+
+
+def _splits(folder: Path) -> dict[str, bytes]:  # what the card holds besides differs per run
+    return {n: (folder / n).read_bytes() for n in ("train.jsonl.gz", "eval.jsonl.gz")}
+
+
+@pytest.mark.usefixtures("stockfish")
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "not games"])
+def test_a_damaged_games_cache_is_named_played_again_and_replaced(tmp_path, capsys, damage):
+    run(_cfg(tmp_path / "a", tmp_path / "cache"))
+    (games,) = (tmp_path / "cache").glob("games-*.json.gz")
+    whole = games.read_bytes()
+    games.write_bytes({"truncated": whole[:len(whole) // 2],  # as a kill mid-write left it
+                       "garbage": b"\x00" * 64,
+                       "not games": gzip.compress(b'{"a": 1}')}[damage])
+    capsys.readouterr()
+    run(_cfg(tmp_path / "b", tmp_path / "cache"))
+    assert f"games cache {games} is unreadable" in capsys.readouterr().out
+    assert games.read_bytes() == whole
+    assert _splits(tmp_path / "a") == _splits(tmp_path / "b")
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_a_full_disk_while_the_games_cache_is_written_leaves_no_part_of_it(tmp_path,
+                                                                          monkeypatch):
+    """A real file size limit (RLIMIT_FSIZE: writes past it fail with EFBIG, as on a full
+    disk) set once the games are played: a WriteError naming the cache file, and neither a
+    part of it nor a temporary file left to break the next run."""
+    import rookworld.data.generate as generate
+
+    play, limits = generate.play_games, resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def play_then_fill_the_disk(*args):
+        games = play(*args)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256, limits[1]))
+        return games
+
+    monkeypatch.setattr(generate, "play_games", play_then_fill_the_disk)
+    on_xfsz = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+    try:
+        with pytest.raises(generate.WriteError, match=r"games cache .*File too large"):
+            run(_cfg(tmp_path / "a", tmp_path / "cache"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, on_xfsz)
+    monkeypatch.undo()
+    assert list((tmp_path / "cache").iterdir()) == [] and not (tmp_path / "a").exists()
+    run(_cfg(tmp_path / "a", tmp_path / "cache"))
+    assert {f.name for f in (tmp_path / "a").iterdir()} == {"train.jsonl.gz", "eval.jsonl.gz",
+                                                           "DATA_CARD.md"}
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_a_damaged_line_of_the_labels_cache_is_named_and_labelled_again(tmp_path, capsys):
+    run(_cfg(tmp_path / "a", tmp_path / "cache"))
+    (labels,) = (tmp_path / "cache").glob("labels-*.jsonl")
+    lines = labels.read_bytes().splitlines(keepends=True)
+    lines[3] = b"\xff\xfe\x00 not a label\n"  # not even UTF-8
+    labels.write_bytes(b"".join(lines))
+    capsys.readouterr()
+    assert run(_cfg(tmp_path / "b", tmp_path / "cache"))["timing"]["labelled"] == 1
+    assert "1 unreadable line(s) skipped" in capsys.readouterr().out
+    assert _splits(tmp_path / "a") == _splits(tmp_path / "b")
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_a_full_disk_while_labels_are_appended_is_named_and_a_rerun_labels_them(tmp_path,
+                                                                               monkeypatch):
+    import pathlib
+
+    import rookworld.data.generate as generate
+
+    open_ = pathlib.Path.open
+
+    def open_on_a_full_disk(self, mode="r", *args, **kwargs):
+        if self.name.startswith("labels-") and "a" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return open_(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", open_on_a_full_disk)
+    with pytest.raises(generate.WriteError, match=r"labels cache .*No space left on device"):
+        run(_cfg(tmp_path / "a", tmp_path / "cache"))
+    monkeypatch.undo()
+    assert not (tmp_path / "a").exists()
+    assert run(_cfg(tmp_path / "a", tmp_path / "cache"))["timing"]["labelled"] == 28
+
+
+@pytest.mark.usefixtures("stockfish")
+@pytest.mark.parametrize("when", ["after the splits", "between the renames"])
+def test_a_rerun_killed_while_writing_its_outputs_leaves_the_previous_set_whole(
+        tmp_path, monkeypatch, when):
+    """A rerun with other counts killed after writing its splits, or between moving the
+    previous set aside and moving its own in: out_dir never mixes the two runs' files;
+    the previous set is at out_dir (or where the next run puts it back from), with a file
+    of the user's and the card's notes; a rerun then writes its own set whole."""
+    import rookworld.data.card as card
+    import rookworld.data.generate as generate
+
+    out, cache, other = tmp_path / "data", tmp_path / "cache", "counts.train.A=20"
+    run(_cfg(out, cache))
+    (out / "README.txt").write_text("the user's")
+    (out / "DATA_CARD.md").write_text((out / "DATA_CARD.md").read_text()
+                                      + f"\n{card.NOTES}\nhand-written\n")
+    before = _files(out)
+
+    def killed(*args, **kwargs):
+        raise _Killed
+
+    if when == "after the splits":
+        monkeypatch.setattr(generate, "write_card", killed)
+    else:
+        replace = os.replace
+
+        def replace_or_die(src, dst):  # dies as the new set would move in
+            if Path(dst) == out:
+                raise _Killed
+            return replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace_or_die)
+    with pytest.raises(_Killed):
+        run(_cfg(out, cache, other))
+    monkeypatch.undo()
+    if when == "between the renames":
+        assert not out.exists() and _files(tmp_path / ".data.old") == before
+    else:
+        assert _files(out) == before
+    monkeypatch.setattr(generate, "write_card", killed)  # killed again: nothing lost still
+    with pytest.raises(_Killed):
+        run(_cfg(out, cache, other))
+    monkeypatch.undo()
+    assert _files(out) == before
+    run(_cfg(out, cache, other))
+    after = _files(out)
+    assert after.keys() == before.keys() and after["README.txt"] == b"the user's"
+    assert after["train.jsonl.gz"] != before["train.jsonl.gz"]
+    assert "hand-written" in after["DATA_CARD.md"].decode()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["cache", "data"]
+
+
+@pytest.mark.usefixtures("stockfish")
+def test_a_full_disk_while_writing_the_outputs_ends_in_one_line_and_keeps_the_previous_set(
+        tmp_path, monkeypatch):
+    """The disk fills once the rerun's splits are written, as the card is: the command ends
+    in one line naming out_dir, the OS error and the cache; out_dir keeps its files and
+    nothing is left beside it."""
+    import rookworld.data.generate as generate
+
+    out, cache = tmp_path / "data", tmp_path / "cache"
+    run(_cfg(out, cache))
+    before = _files(out)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(generate, "write_card", disk_full)
+    with pytest.raises(SystemExit) as stop:
+        generate.main(_cfg(out, cache, "counts.train.A=20"))  # hydra passes a config through
+    message = str(stop.value.code)
+    assert message.startswith("rookworld: writing ") and "\n" not in message
+    assert f"out_dir={out.resolve()}" in message and str(cache) in message
+    assert "No space left on device" in message
+    assert _files(out) == before
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["cache", "data"]

@@ -4,9 +4,13 @@
     python -m rookworld.data.generate out_dir=/tmp/d counts.train.P=2000 engine.depth=12
 
 Writes `train.jsonl.gz` and `eval.jsonl.gz` (rows of `Sample.to_json()`) and
-`DATA_CARD.md` into `out_dir`. Games and engine labels are cached under
-`cache_dir`, so a re-run with the same arguments replays nothing and labels
-only positions it has not labelled at this limit yet. Deterministic for a seed.
+`DATA_CARD.md` into `out_dir`: the set is built in the sibling folder
+`.<out_dir>.tmp` and swapped in whole, so `out_dir` holds one run's complete set at
+every moment. Games and engine labels are cached under `cache_dir`, so a re-run with
+the same arguments replays nothing and labels only positions it has not labelled at
+this limit yet; an unreadable cache entry is named and made again. A write that fails
+(a full disk) ends in a `WriteError` naming the file and the OS error. Deterministic
+for a seed.
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import random
+import shutil
 import time
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -26,6 +34,7 @@ from tqdm import tqdm
 from rookworld.chess_tasks.policy import MAX_MOVES
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from rookworld.errors import ConfigError, check_not_shipped
+from rookworld.files import atomic_write_bytes
 
 from .card import write_card
 from .games import GameStyle, play_games
@@ -40,6 +49,22 @@ from .select import (
 from .splits import split_of
 
 SHIPPED_DATA = Path(__file__).parents[1] / "assets" / "data"  # the bundled splits default runs read
+OUTPUTS = ("train.jsonl.gz", "eval.jsonl.gz", "DATA_CARD.md")
+
+
+class WriteError(RuntimeError):
+    """Writing a cache file or the outputs failed (a full disk, a size limit, no
+    permission); the message names the file or folder and the OS error."""
+
+
+@contextmanager
+def _writing(what: str, after: str):
+    """Turn an OSError raised inside into a WriteError: `writing <what> failed (<error>);
+    <after>`."""
+    try:
+        yield
+    except OSError as e:
+        raise WriteError(f"writing {what} failed ({e.strerror or e}); {after}") from e
 
 
 def _digest(*parts) -> str:
@@ -51,10 +76,24 @@ def load_or_play(cfg: DictConfig, cache: Path) -> list[list[str]]:
                          for k, v in OmegaConf.to_container(cfg.style).items()})
     path = cache / f"games-{_digest(cfg.seed, cfg.n_games, style, cfg.engine.path)}.json.gz"
     if path.exists():
-        return json.loads(gzip.decompress(path.read_bytes()))
+        try:
+            games = json.loads(gzip.decompress(path.read_bytes()))
+            if _are_games(games, cfg.n_games):
+                return games
+            problem = f"not a list of {cfg.n_games} games"
+        except (OSError, EOFError, zlib.error, ValueError) as e:
+            problem = f"{type(e).__name__}: {e}"
+        print(f"[rookworld] games cache {path} is unreadable ({problem}); playing the games "
+              "again and replacing it", flush=True)
     games = play_games(cfg.seed, cfg.n_games, style, cfg.workers, cfg.engine.path, cfg.progress)
-    path.write_bytes(gzip.compress(json.dumps(games).encode(), mtime=0))
+    with _writing(f"the games cache {path}", "nothing was written; free space and run again"):
+        atomic_write_bytes(path, gzip.compress(json.dumps(games).encode(), mtime=0))
     return games
+
+
+def _are_games(games, n: int) -> bool:
+    return (isinstance(games, list) and len(games) == n
+            and all(isinstance(g, list) and all(isinstance(m, str) for m in g) for g in games))
 
 
 def label(fens: list[str], pool: EnginePool, cache: Path, progress: bool,
@@ -63,26 +102,34 @@ def label(fens: list[str], pool: EnginePool, cache: Path, progress: bool,
     adds the count and seconds of new analyses to timing["labelled"/"label_s"] and
     the count read from the cache to timing["cached"]."""
     path = cache / f"labels-{pool.limit_label.replace(' ', '_')}-multipv={pool.multipv}.jsonl"
-    done = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
+    data = path.read_bytes() if path.exists() else b""
+    done, skipped = {}, 0
+    for line in data.splitlines():
         try:
             r = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short by an interrupted run
-            continue
-        done[r["fen"]] = Analysis(tuple(r["moves"]), tuple(r["evals"]), r["label"])
+            done[r["fen"]] = Analysis(tuple(r["moves"]), tuple(r["evals"]), r["label"])
+        except (ValueError, KeyError, TypeError):  # cut short by a kill, or damaged
+            skipped += 1
+    if skipped:
+        print(f"[rookworld] labels cache {path}: {skipped} unreadable line(s) skipped; their "
+              "positions are labelled again", flush=True)
     todo = [f for f in dict.fromkeys(fens) if f not in done]
     t0 = time.perf_counter()
     bar = tqdm(total=len(todo), desc=f"label ({pool.limit_label})", disable=not progress)
-    with path.open("a") as fh, bar:
-        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-            fh.write("\n")  # end a line an interrupted run left open
-        for i in range(0, len(todo), 256):  # flushed per chunk: an interrupted run resumes
+    start = "\n" if data and not data.endswith(b"\n") else ""  # ends a line left open
+    with bar:
+        for i in range(0, len(todo), 256):  # appended per chunk: an interrupted run resumes
             chunk = todo[i:i + 256]
+            lines = []
             for fen, a in zip(chunk, pool.analyse_many(chunk), strict=True):
                 done[fen] = a
-                fh.write(json.dumps({"fen": fen, "moves": a.moves, "evals": a.evals,
-                                     "label": a.label}) + "\n")
-            fh.flush()
+                lines.append(json.dumps({"fen": fen, "moves": a.moves, "evals": a.evals,
+                                         "label": a.label}) + "\n")
+            with _writing(f"the labels cache {path}", "the labels appended before are kept "
+                          "and a rerun labels the rest; free space and run again"):
+                with path.open("a") as fh:
+                    fh.write(start + "".join(lines))
+            start = ""
             bar.update(len(chunk))
     timing["labelled"] = timing.get("labelled", 0) + len(todo)
     timing["cached"] = timing.get("cached", 0) + len(set(fens)) - len(todo)
@@ -117,6 +164,77 @@ def write_jsonl_gz(path: Path, samples) -> None:
     path.write_bytes(gzip.compress(lines.encode(), mtime=0))
 
 
+def _beside(out: Path) -> tuple[Path, Path]:
+    """The folder the next set is built in, and the name `run_dir.replace_dir` moves the
+    previous set to while it swaps."""
+    return out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.old")
+
+
+def _recover(out: Path) -> None:
+    """Clear what a killed run left beside out: its unfinished set, and the previous set
+    moved aside (put back at out when a kill came between replace_dir's two renames)."""
+    tmp, old = _beside(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if old.exists() and not out.exists():
+        old.replace(out)
+        print(f"[rookworld] {out} restored from {old}, where a run killed while swapping in "
+              "its outputs had left it", flush=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_outputs(out: Path, cache: Path, splits: dict[str, list], card) -> None:
+    """Build the splits and the data card (`card(path)` writes it) in a sibling folder and
+    swap it in for out with `run_dir.replace_dir`, so that out holds the previous set or
+    this one, whole. Entries of out that are no output are carried over (hard links), and
+    the previous card too, for the hand-written notes `write_card` keeps."""
+    from rookworld.run_dir import replace_dir  # imports torch: only when there is a set to write
+
+    tmp, _ = _beside(out)
+    after = (f"out_dir={out} keeps its previous files; free space and run again (games and "
+             f"labels are cached in {cache})")
+    with _writing(f"the outputs into {tmp}", after):
+        try:
+            _recover(out)
+            tmp.mkdir()
+            for entry in out.iterdir() if out.is_dir() else []:
+                if entry.name == "DATA_CARD.md":
+                    shutil.copyfile(entry, tmp / entry.name)
+                elif entry.name not in OUTPUTS:
+                    _link_tree(entry, tmp / entry.name)
+            for name, samples in splits.items():
+                write_jsonl_gz(tmp / f"{name}.jsonl.gz", samples)
+            card(tmp / "DATA_CARD.md")
+            for f in tmp.iterdir():
+                if f.is_file():
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    with _writing(f"out_dir={out} (swapping in {tmp})",
+                  f"{out} holds one whole set; run again"):
+        try:
+            replace_dir(tmp, out)
+        except OSError:
+            _recover(out)
+            raise
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link src (a file, or a folder's files) at dst, copying where links fail."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True, copy_function=link)
+    elif src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    else:
+        link(src, dst)
+
+
 def run(cfg: DictConfig) -> dict:
     if not 1 <= cfg.engine.multipv <= MAX_MOVES:  # the M: field holds the engine's lines
         raise ValueError(f"engine.multipv must lie in 1..{MAX_MOVES} (the P task lists at most "
@@ -125,8 +243,13 @@ def run(cfg: DictConfig) -> dict:
     check_a_kinds(OmegaConf.to_container(cfg.a_kinds))
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     check_not_shipped(str(out), SHIPPED_DATA, cfg.get("replace_shipped", False), "out_dir")
-    out.mkdir(parents=True, exist_ok=True)
-    cache.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()  # a link to a folder: the swap happens at the folder
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out_dir={out} is a file; name a folder")
+    with _writing(f"out_dir={out} or cache_dir={cache}", "nothing was written"):
+        _recover(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
     timing, t0 = {}, time.perf_counter()
     games = load_or_play(cfg, cache)
     timing["games_s"] = time.perf_counter() - t0
@@ -139,10 +262,9 @@ def run(cfg: DictConfig) -> dict:
         splits = {s: build_split(s, positions, labels_for, cfg, rng) for s in ("train", "eval")}
         timing["build_s"] = time.perf_counter() - t1
         limit_label = pool.limit_label
-    for name, samples in splits.items():
-        write_jsonl_gz(out / f"{name}.jsonl.gz", samples)
     timing["total_s"] = time.perf_counter() - t0
-    write_card(out / "DATA_CARD.md", cfg, splits, limit_label, timing, len(games))
+    write_outputs(out, cache, splits,
+                  lambda path: write_card(path, cfg, splits, limit_label, timing, len(games)))
     return {"counts": {name: len(s) for name, s in splits.items()}, "timing": timing}
 
 
@@ -150,7 +272,7 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     try:
         print(run(cfg))
-    except ConfigError as e:
+    except (ConfigError, WriteError) as e:
         raise SystemExit(f"rookworld: {e}") from None
 
 
