@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .chess_tasks import PolicyTruth
-from .chess_tasks.policy import field_starts
+from .chess_tasks.policy import MAX_MOVES, field_starts
 from .grpo import GroupAdvantage
 from .rewards.parts import legal_moves
 
@@ -77,13 +77,19 @@ def _words(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
 
 def token_ends(tokenizer, ids: list[int], lengths: dict[int, int] | None = None) -> list[int]:
     """Character offset where each token's text ends in the decoded completion; lengths:
-    a cache of each token's decoded length (chess text is ASCII, so a token's length does
-    not depend on its neighbours)."""
+    a cache of each token's decoded length. A token that decodes alone to whole characters
+    has the same length in any text; one that holds part of a character (byte-level BPE
+    splits a non-ASCII character over tokens, each decoding to U+FFFD alone) does not, so
+    a completion holding one is measured by decoding its prefixes."""
     lengths = {} if lengths is None else lengths
     ends, n = [], 0
     for i in ids:
         if i not in lengths:
-            lengths[i] = len(tokenizer.decode([i], skip_special_tokens=False))
+            piece = tokenizer.decode([i], skip_special_tokens=False)
+            lengths[i] = -1 if "\ufffd" in piece else len(piece)
+        if lengths[i] < 0:
+            return [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=False))
+                    for k in range(len(ids))]
         n += lengths[i]
         ends.append(n)
     return ends
@@ -101,8 +107,9 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
 
     fens: the P row's position (None for rows of other tasks, which keep seq_adv);
     ends: each row's `token_ends`. A slot's value is its move's legality (0 or 1), and for
-    slot s of row i, when its move m is legal, 1 + bonus(i, s, m); with distinct, a listed
-    move that repeats an earlier one of its row's list is worth 0; its advantage is
+    slot s of row i, when its move m is legal, 1 + bonus(i, s, m); a listed move past the
+    fifth (the list is then malformed) is worth 0, and so, with distinct, is one that
+    repeats an earlier one of its row's list; its advantage is
     compare(the values of the rows of its group that have that slot): by default
     (value - mean) / max(std, 1e-4), 0 when they all agree; the run's advantage's own
     `within` in training. A slot only one row of its group has keeps that row's sequence
@@ -117,8 +124,8 @@ def move_advantages(seq_adv: Tensor, fens: list[str | None], texts: list[str],
             for slot, a, b, move in move_spans(texts[i]):
                 value = float(move in legal)
                 if slot != "B":
-                    if distinct and move in listed:
-                        value = 0.0
+                    if (distinct and move in listed) or int(slot[1:]) >= MAX_MOVES:
+                        value = 0.0  # a repeat (with distinct), or past the list's five
                     listed.add(move)
                 if value and bonus is not None:
                     value += bonus(i, slot, move)

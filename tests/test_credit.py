@@ -247,3 +247,34 @@ def test_an_advantage_of_running_statistics_compares_move_slots_as_grpo(preset):
     assert _two_rows_one_illegal_b(advantage, 4) == pytest.approx([-2 ** -0.5, 2 ** -0.5])
     assert _two_rows_one_illegal_b(advantage, 2) == pytest.approx([-2 ** -0.5 / 2,
                                                                    2 ** -0.5 / 2])
+
+
+def test_a_listed_move_past_the_fifth_earns_nothing():
+    """Six listed moves make the list malformed: the sixth is worth what an illegal move
+    is, so a legal sixth and an illegal one tie instead of the legal one gaining."""
+    five = "e2e4 d2d4 g1f3 b1c3 c2c4"
+    texts = [f" M: {five} h2h3  E: 0.3 0.2 0.2 0.1 0.1 0.0  B: e2e4",
+             f" M: {five} h2h6  E: 0.3 0.2 0.2 0.1 0.1 0.0  B: e2e4"]
+    adv = _advantages(texts, [0.0, 0.0])
+    for row, text in enumerate(texts):
+        spans = {slot: (a, b) for slot, a, b, _ in credit.move_spans(text)}
+        a, b = spans["M5"]
+        assert adv[row, a:b].eq(0).all()
+
+
+def test_token_ends_follow_a_character_split_over_byte_level_tokens():
+    """Byte-level BPE splits a non-ASCII character over tokens that each decode to U+FFFD:
+    the offsets still end where each token's text ends in the whole decoded completion,
+    so the moves after it keep their own tokens."""
+    from tests.test_legal_mask import byte_bpe
+
+    text = " M: e2e4 \u20ac e2e5  E: 0.3 0.1  B: e2e4"
+    tok = byte_bpe([" M: e2e4 e2e5  E: 0.3 0.1  B: d2d4"], 300, straddle=False)  # no merge
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert "\ufffd" in tok.decode(ids[8:9])  # the character is split over its bytes' tokens
+    ends = credit.token_ends(tok, ids)
+    assert ends[-1] == len(text)
+    a, b = {s: (a, b) for s, a, b, _ in credit.move_spans(text)}["M2"]
+    first = next(k for k, e in enumerate(ends) if e > a)
+    assert tok.decode(ids[first:next(k for k, e in enumerate(ends) if e >= b) + 1]).strip() \
+        == "e2e5"
