@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from .config import ConfigError, before_they_existed, fill_missing
 from .files import atomic_write_text
 from .redact import restore_redacted
-from .run_dir import RUN_CONFIG
+from .run_dir import RUN_CONFIG, RunDirTaken
+
+CORE = ("model", "data", "steps")  # settings every run's saved config holds
 
 
 def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
@@ -29,7 +33,7 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
     if saved is None:
         raise ConfigError(f"resume={cfg.resume}: no run there "
                           f"({run_dir / RUN_CONFIG} is missing)")
-    old = OmegaConf.load(saved)
+    old = load_saved(saved, cfg.resume)
     if "algorithm" in old and "_target_" not in old.algorithm:
         raise ConfigError(f"resume={cfg.resume}: the run was saved by an older rookworld, "
                           "whose algorithm settings and module names this version does not "
@@ -54,6 +58,24 @@ def resolve_resume(cfg: DictConfig, overrides: list[str] | tuple = ()
     return old, run_dir
 
 
+def load_saved(path: Path, resume: str) -> DictConfig:
+    """A run's saved config; ConfigError naming the file when it is damaged (not YAML,
+    empty, or without the settings every run has)."""
+    try:
+        saved = OmegaConf.load(path)
+    except (yaml.YAMLError, OSError, ValueError, OmegaConfBaseException) as e:
+        problem = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        saved, why = None, f"not readable as YAML: {problem}"
+    else:
+        lacking = [k for k in CORE if not isinstance(saved, DictConfig) or k not in saved]
+        why = None if not lacking else "empty" if not saved else \
+            f"not a run's config: no {', '.join(lacking)}"
+    if why:
+        raise ConfigError(f"resume={resume}: {path} is damaged ({why}); restore it from a "
+                          "copy, or start a new run")
+    return saved
+
+
 def record_steps(run_dir: Path, steps: int) -> None:
     """A resume that changed `steps`: the run's saved config (RUN_CONFIG) says so, which the
     diff, the report and a later resume read."""
@@ -75,7 +97,7 @@ def refuse_to_overwrite(run_dir: Path) -> None:
         ("metrics.jsonl", (run_dir / "metrics.jsonl").is_file()
          and (run_dir / "metrics.jsonl").stat().st_size > 0)) if there]
     if held:
-        raise ConfigError(f"{run_dir} already holds a run ({', '.join(held)}); a new run there "
+        raise RunDirTaken(f"{run_dir} already holds a run ({', '.join(held)}); a new run there "
                           f"would overwrite it. Continue it with resume={run_dir}, or choose "
                           "another hydra.run.dir (nothing was changed)")
 

@@ -15,6 +15,8 @@ names each file that does not, and stops with a clear error when none matches.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
@@ -35,6 +37,12 @@ LATEST = "latest"
 MANIFEST = "manifest.json"  # {"files": {relative path: {"bytes": n, "sha256": hex}}}
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 RUN_CONFIG = "run_config.yaml"  # the run's own config (secrets masked), read by `resume=`
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # a full disk, a quota, a size limit
+
+
+class RunDirTaken(ConfigError):
+    """The run directory holds a run or is locked by a live one: refused before this
+    command wrote anything there."""
 
 
 def ensure_writable(run_dir: Path) -> None:
@@ -70,7 +78,7 @@ class RunLock:
         except OSError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(f"run directory {self.path.parent} is in use by another run "
+            raise RunDirTaken(f"run directory {self.path.parent} is in use by another run "
                               f"({holder}); wait for it to end, or pick another directory "
                               "(hydra.run.dir=...)") from None
         os.ftruncate(fd, 0)
@@ -110,7 +118,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     final = root / f"step-{next_step:06d}"
     tmp = root / f".tmp-step-{next_step:06d}"
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".step-*.old"),
-                  *root.glob(".old-step-*")]:  # a killed save's (the last: earlier code's)
+                  *root.glob(".old-step-*")]:  # a killed save's (.old-step-*: 8bdde3b's layout)
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
@@ -286,27 +294,42 @@ class MetricsFile:
         self.path = Path(path)
 
     def append(self, row: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(redact(json.dumps(row, default=float)) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one row; a write that fails (a full disk) is cut back off the file, so
+        that it leaves no torn line, and raises OSError naming the file."""
+        data = memoryview((redact(json.dumps(row, default=float)) + "\n").encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+        finally:
+            os.close(fd)
 
     def read(self) -> list[dict]:
-        """The rows; a torn last line (a kill mid-write) is skipped, while a line that is
-        not JSON anywhere else (the file was damaged) is an error naming it."""
+        """The rows; a torn last line (a kill mid-write: it lacks its closing newline) is
+        skipped, while any other line that is not JSON (the file was damaged) is an error
+        naming it."""
         if not self.path.exists():
             return []
         rows = []
-        lines = self.path.read_text().splitlines()
+        text = self.path.read_text()
+        lines = text.splitlines()
         for n, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                if n == len(lines):  # a line cut short by a kill
+                if n == len(lines) and not text.endswith("\n"):  # cut short by a kill
                     continue
-                raise ValueError(f"{self.path}, line {n}: not JSON, and not the last line a "
-                                 f"kill could have cut short: {line[:80]!r}; repair or remove "
-                                 "that line, then run again") from None
+                raise ValueError(f"{self.path}, line {n}: not JSON, and not a line a kill "
+                                 "could have cut short (only an unterminated last line can "
+                                 f"be): {line[:80]!r}; repair or remove that line, then run "
+                                 "again") from None
             if not isinstance(row, dict) or not isinstance(row.get("step", -1), int):
                 raise ValueError(f"{self.path}, line {n}: not a metrics row (a JSON object "
                                  f"with an integer step): {line[:80]!r}")
@@ -330,7 +353,7 @@ def fold_into(new_dir: Path, run_dir: Path) -> None:
     dest = run_dir / ".hydra-resumes" / new_dir.name
     dest.parent.mkdir(parents=True, exist_ok=True)
     if (new_dir / ".hydra").is_dir() and not dest.exists():
-        os.replace(new_dir / ".hydra", dest)
+        shutil.move(new_dir / ".hydra", dest)  # copied where the run is on another filesystem
     import logging
     for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
         if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:

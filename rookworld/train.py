@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -61,9 +62,11 @@ from .resume import (
     resolve_resume,
 )
 from .run_dir import (
+    DISK_FULL,
     RUN_CONFIG,
     CheckpointError,
     MetricsFile,
+    RunDirTaken,
     RunLock,
     ensure_writable,
     fold_into,
@@ -290,24 +293,30 @@ def train_loop(cfg, p: Parts, engine, pools, evaluator, run_dir: Path, loggers,
 
 class Stopped(BaseException):
     """The run was asked to stop (SIGTERM: a scheduler's preemption, `docker stop`,
-    `timeout`): raised where the run is, so that it records its outcome as an error does.
-    Not an Exception, so that no handler on the way (a checkpoint write's) takes it for
-    its own failure."""
+    `timeout`; SIGINT: Ctrl-C): raised where the run is, so that it records its outcome as
+    an error does. Not an Exception, so that no handler on the way (a checkpoint write's)
+    takes it for its own failure."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
 
 
 _MAIN_PID = os.getpid()
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def _stop_on_sigterm(signum, frame) -> None:
-    """SIGTERM in the run's own process: stop where it is (once: a second SIGTERM while
-    the outcome is written is ignored). In a process forked from it (the data check's
-    workers) the default action: end."""
+def _stop_on_signal(signum, frame) -> None:
+    """SIGTERM or SIGINT in the run's own process: stop where it is (once: either signal
+    while the outcome is written is ignored). In a process forked from it (the data
+    check's workers) the default action: end."""
     if os.getpid() != _MAIN_PID:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
         return
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Stopped("stopped by SIGTERM")
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
 
 
 def run(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> RunResult:
@@ -485,6 +494,79 @@ def _config_exit(e: ConfigError) -> None:
     sys.exit(f"rookworld: {e}" if int(os.environ.get("RANK", "0") or 0) == 0 else 1)
 
 
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+_hydra_record: dict[Path, bytes | None] = {}  # a named run directory's .hydra files
+
+
+def keep_hydra_record(argv: list[str]) -> None:
+    """Read the .hydra files of the run directory named by hydra.run.dir= (None: absent)
+    before Hydra saves this command's record over them, so that a refused run can put
+    them back (`restore_hydra_record`)."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra.run.dir" and value and "${" not in value:
+            record = (Path(value).expanduser() / ".hydra").resolve()
+            for name in HYDRA_FILES:
+                try:
+                    _hydra_record[record / name] = (record / name).read_bytes()
+                except FileNotFoundError:
+                    _hydra_record[record / name] = None
+                except OSError:
+                    pass
+
+
+def restore_hydra_record(hc) -> None:
+    """Put back the run directory's .hydra files as `keep_hydra_record` found them (those
+    that were absent removed), so that a refused run leaves the directory as it was."""
+    if hc.output_subdir is None:
+        return
+    record = (Path(hc.runtime.output_dir) / hc.output_subdir).resolve()
+    kept = {path: data for path, data in _hydra_record.items() if path.parent == record}
+    for path, data in kept.items():
+        try:
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_text(path, data.decode())
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"[rookworld] could not restore {path} ({e})", file=sys.stderr, flush=True)
+    if kept and all(data is None for data in kept.values()):
+        try:
+            record.rmdir()  # made by this command: gone when it holds nothing else
+        except OSError:
+            pass
+
+
+def drop_own_output_dir(hc) -> None:
+    """Remove the dated directory Hydra made for this command (hydra.run.dir not given,
+    only this command's .hydra record in it), so that a refused resume leaves nothing."""
+    if hc.mode is not None and hc.mode.name == "MULTIRUN" or hc.output_subdir is None \
+            or any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir"
+                   for o in hc.overrides.hydra):
+        return
+    out = Path(hc.runtime.output_dir)
+    record = out / hc.output_subdir
+    try:
+        ours = [p.name for p in out.iterdir()] == [hc.output_subdir] \
+            and {p.name for p in record.iterdir()} <= set(HYDRA_FILES) \
+            and list(OmegaConf.load(record / "overrides.yaml")) == list(hc.overrides.task)
+    except Exception:  # noqa: BLE001 - unreadable: not known to be this command's, kept
+        return
+    if ours:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _disk_full(e: BaseException) -> OSError | None:
+    """The OSError of a full disk (or quota, or size limit) behind e, if any."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 @hydra.main(config_path="../conf", config_name="train",
             execution_whitelist=WHITELIST)
 def main(cfg: DictConfig) -> float:
@@ -492,6 +574,7 @@ def main(cfg: DictConfig) -> float:
     try:
         cfg, resumed_dir = resolve_resume(cfg, list(hc.overrides.task))
     except ConfigError as e:
+        drop_own_output_dir(hc)
         _config_exit(e)
     for warning in unread_additions(cfg, list(hc.overrides.task)) + unreached_reward(cfg):
         print(f"[rookworld] warning: {warning}", flush=True)
@@ -509,28 +592,39 @@ def main(cfg: DictConfig) -> float:
               f"steps (outcome.json: success); nothing to do. Pass steps=N with N > "
               f"{done['step']} to train further.")
         return float(done.get("objective", 0.0))
-    handler = None
+    handlers = {}
     if not multirun and not launched_by_torchrun():
         global _MAIN_PID
         _MAIN_PID = os.getpid()  # the run's process; a process forked from it ends instead
-        handler = signal.signal(signal.SIGTERM, _stop_on_sigterm) or signal.SIG_DFL
+        for sig in STOP_SIGNALS:  # SIGINT only where Python's own handler has it (not ignored)
+            if sig == signal.SIGTERM or signal.getsignal(sig) is signal.default_int_handler:
+                handlers[sig] = signal.signal(sig, _stop_on_signal) or signal.SIG_DFL
     try:
         result = run(cfg, run_dir, multirun=multirun)
     except Stopped as e:  # recorded in outcome.json by the run; what to do, in one line
         print(f"rookworld: {e}; continue with resume={run_dir.resolve()}", file=sys.stderr,
               flush=True)
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(128 + e.signum)
     except ConfigError as e:  # a bad setting or input: one line naming it, no traceback
         if multirun:
             raise
+        if isinstance(e, RunDirTaken):  # refused before writing: Hydra's record undone too
+            restore_hydra_record(hc)
         _config_exit(e)
     except CheckpointError as e:  # a full disk: what to do, without a traceback
         if multirun:
             raise
         sys.exit(f"rookworld: {e}")
+    except Exception as e:  # a full disk outside a checkpoint: one line too
+        full = _disk_full(e)
+        if multirun or full is None:
+            raise
+        sys.exit(f"rookworld: writing {full.filename or f'into {run_dir}'} failed "
+                 f"({full.strerror}); free space, then continue with "
+                 f"resume={run_dir.resolve()}")
     finally:
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     if not multirun and result.outcome.status != "success":
         sys.exit(EXIT_CODES[result.outcome.status])
     return result.objective
@@ -539,4 +633,5 @@ def main(cfg: DictConfig) -> float:
 if __name__ == "__main__":
     check_argv(sys.argv[1:])
     make_output_dirs(sys.argv[1:])
+    keep_hydra_record(sys.argv[1:])
     main()

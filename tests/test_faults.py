@@ -492,3 +492,126 @@ def test_sigterm_records_the_outcome_and_says_how_to_resume(tiny_overrides, tmp_
                              timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((run_dir / "outcome.json").read_text())["status"] == "success"
+
+
+def test_a_resume_folds_its_record_into_a_run_on_another_filesystem(tmp_path, monkeypatch):
+    """The run on one filesystem, the resuming command's dated folder on another: every
+    rename between them fails with EXDEV, so the record is copied and the folder removed."""
+    import errno
+
+    from rookworld.run_dir import fold_into
+    run_dir, new_dir = tmp_path / "run", tmp_path / "outputs" / "2030-01-01_00-00-00"
+    run_dir.mkdir()
+    (new_dir / ".hydra").mkdir(parents=True)
+    (new_dir / ".hydra" / "overrides.yaml").write_text(f"- resume={run_dir}\n")
+
+    def cross_device(src, dst, *a, **k):
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "replace", cross_device)
+    monkeypatch.setattr(os, "rename", cross_device)
+    fold_into(new_dir, run_dir)
+    kept = run_dir / ".hydra-resumes" / new_dir.name / "overrides.yaml"
+    assert kept.read_text() == f"- resume={run_dir}\n" and not new_dir.exists()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "empty"), ("model: [unclosed\nsteps: 3\n", "not readable as YAML"),
+    ("- 1\n- 2\n", "not a run's config: no model, data, steps"),
+    ("seed: 3\n", "not a run's config: no model, data, steps")])
+def test_a_damaged_run_config_is_refused_naming_the_file(tiny_overrides, tmp_path, text, why):
+    cfg = compose(tiny_overrides + ["steps=1", "dry_run=true"])
+    run(cfg, tmp_path)
+    (tmp_path / "run_config.yaml").write_text(text)
+    args = ["model=tiny_random", f"resume={tmp_path}"]
+    with pytest.raises(ConfigError) as refused:
+        resolve_resume(compose(args), args)
+    assert f"{tmp_path / 'run_config.yaml'} is damaged ({why}" in str(refused.value)
+
+
+DISK_FILLS = """
+import resource, runpy, sys
+from rookworld.run_dir import MetricsFile
+append, when = MetricsFile.append, sys.argv.pop(1)
+UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+
+def append_as_the_disk_fills(self, row):
+    # full: the disk fills at the first row, 10 bytes of it fit and nothing after;
+    # freed: at step 1's row, and space is freed right after
+    at = (-1, "eval/reward") if when == "full" else (1, "reward/mean")
+    if self.path.name != "metrics.jsonl" or (row.get("step"), at[1] in row) != (at[0], True):
+        return append(self, row)
+    size = self.path.stat().st_size if self.path.exists() else 0
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))
+    try:
+        return append(self, row)
+    finally:
+        if when == "freed":
+            resource.setrlimit(resource.RLIMIT_FSIZE, UNLIMITED)
+
+MetricsFile.append = append_as_the_disk_fills
+sys.argv[0] = "rookworld.train"
+runpy.run_module("rookworld.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["full", "freed"])
+def test_a_full_disk_while_logging_ends_in_one_line_and_resumes(tiny_overrides, tmp_path, when):
+    """A real file size limit (RLIMIT_FSIZE) hit while metrics.jsonl is appended to: one
+    line naming the file and resume=, no traceback and no torn line; outcome.json and
+    error.txt where space allows (freed right after), else a line for each; the resume
+    finishes the run."""
+    run_dir = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", DISK_FILLS, when, *tiny_overrides, "steps=3",
+                        "checkpoint_every=1", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"rookworld: writing {run_dir.resolve() / 'metrics.jsonl'} failed (File too large); "
+        f"free space, then continue with resume={run_dir.resolve()}"), p.stderr[-3000:]
+    assert "Traceback" not in p.stdout + p.stderr, p.stderr[-3000:]
+    text = (run_dir / "metrics.jsonl").read_text()
+    assert text.endswith("\n") if text else when == "full"  # the failed row cut back off
+    assert [r["step"] for r in MetricsFile(run_dir / "metrics.jsonl").read()] \
+        == ([] if when == "full" else [-1, 0])
+    if when == "full":
+        assert "could not write error.txt (File too large)" in p.stderr
+        assert "could not write outcome.json (File too large)" in p.stderr
+        assert not (run_dir / "outcome.json").exists()
+    else:
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+        assert outcome["status"] == "error" and outcome["step"] == 1
+        assert "File too large" in (run_dir / "error.txt").read_text()
+    resumed = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={run_dir}"],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run_dir / "outcome.json").read_text())["status"] == "success"
+    assert [r["step"] for r in MetricsFile(run_dir / "metrics.jsonl").read()
+            if "reward/mean" in r] == [0, 1, 2]
+
+
+def test_sigint_records_the_outcome_and_says_how_to_resume(tiny_overrides, tmp_path):
+    """Ctrl-C (SIGINT) ends the run as SIGTERM does: outcome.json, error.txt, one line
+    naming resume= and exit code 130, no KeyboardInterrupt traceback."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rookworld.train", *tiny_overrides,
+                             "steps=40", "checkpoint_every=1", f"hydra.run.dir={run_dir}"],
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (run_dir / "checkpoints" / "step-000001").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == \
+        f"rookworld: stopped by SIGINT; continue with resume={run_dir.resolve()}"
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "error" and "SIGINT" in outcome["reason"]
+    assert "Stopped: stopped by SIGINT" in (run_dir / "error.txt").read_text()
+    assert latest_checkpoint(run_dir) is not None

@@ -181,3 +181,25 @@ def test_a_damaged_metrics_line_before_the_last_is_named_not_dropped(tmp_path):
     with pytest.raises(ValueError, match="metrics.jsonl, line 1: not JSON"):
         mf.truncate_to(1)
     assert mf.path.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "eval_samples.jsonl"])
+def test_a_damaged_last_line_that_ends_in_a_newline_is_named_not_dropped(tmp_path, name):
+    """A kill's torn write never ends in a newline: a last line that is not JSON but ends
+    in one is damage, named (by a resume too, which leaves the file as it is)."""
+    from rookworld.config import ConfigError
+    from rookworld.resume import check_resume
+    mf = MetricsFile(tmp_path / name)
+    for s in range(-1, 2):
+        mf.append({"step": s, "values": {"eval/reward": [s / 10, 0.5]}})
+    lines = mf.path.read_text().splitlines()
+    lines[-1] = "X" + lines[-1][1:]  # its first byte damaged on disk
+    mf.path.write_text("\n".join(lines) + "\n")
+    before = mf.path.read_bytes()
+    with pytest.raises(ValueError, match=f"{name}, line 3: not JSON"):
+        mf.read()
+    with pytest.raises(ConfigError, match=f"resume: .*{name}, line 3: not JSON"):
+        check_resume(tmp_path, 3, (name,))
+    assert mf.path.read_bytes() == before
+    mf.path.write_bytes(before[:-1])  # the same line without its newline: torn, skipped
+    assert [r["step"] for r in mf.read()] == [-1, 0]

@@ -270,3 +270,57 @@ def test_a_skipped_non_finite_update_is_the_nan_guards_to_judge(tiny_overrides, 
     result = run(compose(over + ["steps=3", "guard.kl.window=1", "eval_every=0"]),
                  tmp_path / "run")
     assert result.outcome.status == "success"
+
+
+@pytest.mark.parametrize("target", ["nonexistent", "an empty directory", "a file",
+                                    "a damaged run_config.yaml"])
+def test_a_refused_resume_leaves_no_dated_folder(tmp_path, target):
+    path = tmp_path / "target"
+    message = f"rookworld: resume={path}: no run there ({path / 'run_config.yaml'} is missing)"
+    if target == "an empty directory":
+        path.mkdir()
+    elif target == "a file":
+        path.write_text("not a run\n")
+    elif target == "a damaged run_config.yaml":
+        path.mkdir()
+        (path / "run_config.yaml").write_text("model: [unclosed\n")
+        message = f"rookworld: resume={path}: {path / 'run_config.yaml'} is damaged (not " \
+                  "readable as YAML: "
+    p = subprocess.run([sys.executable, "-m", "rookworld.train", f"resume={path}"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and p.stderr.startswith(message), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
+
+
+@pytest.mark.parametrize("held_by", ["a finished run", "a live run"])
+def test_a_refused_rerun_leaves_the_runs_hydra_record_as_it_was(tiny_overrides, tmp_path,
+                                                                 held_by):
+    """Hydra saves a command's .hydra record before the run is refused (the directory holds
+    a run, or a live run locks it): the refusal puts the run's own record back."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        (run_dir / ".hydra" / name).write_text(f"# the run's own {name}\n")
+    holder = None
+    if held_by == "a finished run":
+        (run_dir / "outcome.json").write_text('{"status": "success", "step": 2}')
+    else:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time; from rookworld.run_dir import RunLock\n"
+             f"with RunLock({str(run_dir)!r}):\n    print('held', flush=True); time.sleep(300)"],
+            stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "held"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    try:
+        p = subprocess.run([sys.executable, "-m", "rookworld.train", *tiny_overrides, "seed=9",
+                            "steps=3", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+    refusal = "already holds a run" if holder is None else "is in use by another run"
+    assert p.returncode == 1 and refusal in p.stderr, p.stderr[-2000:]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
