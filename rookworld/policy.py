@@ -11,6 +11,7 @@ over float32 weights (`precision.py`).
 
 from __future__ import annotations
 
+import json
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from safetensors import SafetensorError
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from .errors import ConfigError
 from .files import is_hub_id
 from .gpt2 import GPT2Config, GPT2LMHeadModel
 
@@ -32,6 +34,12 @@ DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropou
 HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "tokenizer.json",
              "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
              "added_tokens.json"]
+# the files a tokenizer that AutoTokenizer loads is made of, one set of them: the tokenizers
+# library's serialisation; a byte-level BPE's vocabulary and merges (GPT-2, Qwen2); a
+# sentencepiece or tiktoken model (Llama, Mistral, Gemma; XLNet's and XGLM's names)
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",),
+                   ("spiece.model",), ("sentencepiece.bpe.model",))
+FAST_ONLY = {"TokenizersBackend", "PreTrainedTokenizerFast"}  # classes without a slow form
 
 
 @dataclass
@@ -108,13 +116,16 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
     layout (config.json, model.safetensors, tokenizer files).
 
     A hub id is fetched into the hub cache first (`snapshot_download`, only the files
-    named in HUB_FILES: never pickled weights or code). Dropout is set to 0; pad = eos;
-    left padding; weights cast to fp32; the tokenizer must fit the embedding matrix.
+    named in HUB_FILES: never pickled weights or code). A local directory without a
+    tokenizer (`check_tokenizer`) is a ConfigError naming the missing file. Dropout is set
+    to 0; pad = eos; left padding; weights cast to fp32; the tokenizer must fit the
+    embedding matrix.
     """
     from transformers import AutoTokenizer
 
     if Path(path).expanduser().exists():
         directory = Path(path).expanduser()
+        check_tokenizer(directory, f"model.path={path}")
     elif not is_hub_id(path):
         raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id "
                                 "(owner/name)")
@@ -141,6 +152,34 @@ def load_pretrained(path: str, bos_before_prompt: bool = False, local_files_only
                   source=directory)
 
 
+def check_tokenizer(directory: Path, where: str) -> None:
+    """ConfigError naming the directory and the missing file(s) unless the local model
+    directory holds one of the sets of TOKENIZER_FILES (tokenizer.json alone where its
+    tokenizer_config.json names a class that reads only that, as the tokenizers this
+    project saves do); checked before AutoTokenizer, whose own error for a missing
+    tokenizer asks for sentencepiece or tiktoken instead."""
+    directory = Path(directory)
+    names = {f.name for f in directory.iterdir()} if directory.is_dir() else set()
+    try:
+        kind = json.loads((directory / "tokenizer_config.json").read_text()).get(
+            "tokenizer_class")
+    except (OSError, ValueError, AttributeError):  # none, or not a JSON object
+        kind = None
+    sets = (("tokenizer.json",),) if kind in FAST_ONLY else TOKENIZER_FILES
+    if any(names.issuperset(files) for files in sets):
+        return
+    begun = next((files for files in sets if names & set(files)), None)
+    missing = [f for f in begun if f not in names] if begun else ["tokenizer.json"]
+    holds = f" (it holds {', '.join(sorted(names & set(begun)))})" if begun else ""
+    needs = (f"its tokenizer_config.json names {kind}, which reads tokenizer.json only"
+             if kind in FAST_ONLY else "a model directory needs tokenizer.json (or vocab.json "
+             "with merges.txt, or tokenizer.model)")
+    raise ConfigError(
+        f"{where}: no tokenizer in {directory}: {' and '.join(missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} missing{holds}; {needs}: copy the model's "
+        "tokenizer files there")
+
+
 def check_vocab(tok, n_embed: int, path: str) -> None:
     """The tokenizer's base vocabulary and its end-of-text must fit the embedding matrix.
 
@@ -162,6 +201,7 @@ def load_embedded(path: str | None = None) -> Policy:
         raise FileNotFoundError(
             f"embedded model not found at {directory}; "
             "build it with `python -m rookworld.pretrain`")
+    check_tokenizer(directory, f"model.path={path}" if path else "the shipped model")
     return load_pretrained(str(directory))
 
 
@@ -178,7 +218,6 @@ def save_policy(policy: Policy, directory: str | Path) -> None:
     # offline) among its settings; those are facts of the load, not of the model
     conf = directory / "tokenizer_config.json"
     if conf.exists():
-        import json
         data = json.loads(conf.read_text())
         if data.keys() & LOAD_ONLY_KEYS:
             conf.write_text(json.dumps({k: v for k, v in data.items()

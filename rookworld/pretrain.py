@@ -9,6 +9,7 @@ whose figures are the greedy held-out metrics it measured.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from . import precision, runtime
@@ -33,7 +34,15 @@ from .evaluate import measure
 from .files import atomic_write_text, sha256_file
 from .optim import cosine_schedule
 from .policy import EMBEDDED_DIR, save_policy
-from .run_dir import MANIFEST, MetricsFile, load_weights, replace_dir, verify, write_manifest
+from .run_dir import (
+    MANIFEST,
+    MetricsFile,
+    load_weights,
+    replace_dir,
+    verify,
+    write_manifest,
+)
+from .run_dir import _is_write_failure as is_write_failure
 from .sft import encode, lm_loss, make_batch
 
 
@@ -208,30 +217,102 @@ def device_name(device: torch.device, dtype: torch.dtype | None) -> str:
 
 
 CHECKPOINT = "checkpoint"  # out_dir/checkpoint: the newest resumable state
+# the settings that shape a run (its schedule, batches, model and data), recorded in each
+# checkpoint: a resume under other values is refused (`changed_settings`); the others
+# (max_minutes, stop_at, checkpoint_every, curve and evaluation sizes, device, autocast, the
+# export, the sampler, reward and strength groups) may change between a run and its resume
+RUN_KEYS = ("seed", "steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay",
+            "grad_clip", "data.on_defect")
+MODEL_FREE_KEYS = {"local_files_only"}  # how a model's files are had, not what they hold
+SETTINGS = "run_settings.json"  # in out_dir: this run's settings, copied into each checkpoint
+
+
+def run_settings(cfg) -> dict:
+    """{key: value} of the settings that shape the run: RUN_KEYS, the model node (its local
+    path resolved) and data.train (its path and sha256: the content counts, not the name)."""
+    settings = {key: OmegaConf.select(cfg, key) for key in RUN_KEYS}
+    for key, value in OmegaConf.to_container(cfg.model, resolve=True).items():
+        if key in MODEL_FREE_KEYS:
+            continue
+        if key == "path" and value is not None and Path(str(value)).expanduser().exists():
+            value = str(Path(str(value)).expanduser().resolve())
+        settings[f"model.{key}"] = value
+    settings["data.train"] = {"path": str(cfg.data.train),
+                              "sha256": sha256_file(Path(cfg.data.train))}
+    return settings
+
+
+def changed_settings(saved: dict, now: dict) -> list[str]:
+    """'key=the checkpoint's value (this command: its value)' for each setting that
+    differs; a key the checkpoint does not record (added to the code since) is not
+    compared, and data.train is compared by its content."""
+    changed = []
+    for key, was in saved.items():
+        new = now.get(key)
+        if key == "data.train":
+            if (was or {}).get("sha256") != (new or {}).get("sha256"):
+                changed.append(f"data.train={_shown_file(was)} (this command: "
+                               f"{_shown_file(new)})")
+        elif key not in now or was != new:
+            changed.append(f"{key}={was} (this command: "
+                           f"{new if key in now else 'not set'})")
+    return changed
+
+
+def _shown_file(record: dict | None) -> str:
+    return f"{record['path']}, sha256 {record['sha256'][:12]}" if record else "none"
 
 
 def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
     """Write out/checkpoint whole or not at all: built beside it, sealed with a manifest,
     then swapped in (`run_dir.replace_dir`), so a kill at any moment leaves one whole
-    checkpoint that `resume_state` finds."""
+    checkpoint that `resume_state` finds. The run's settings (out/run_settings.json, which
+    `run` writes once they passed `resume_state`) go with it, for a resume to compare. A
+    write the disk refuses (full, a quota, a size limit) removes the copy being built and
+    ends the run with one line naming the error and the way on."""
     tmp = out / f".{CHECKPOINT}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_policy(policy, tmp / "model")
-    torch.save({"opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                "rng": torch.get_rng_state()}, tmp / "state.pt")
-    write_manifest(tmp)
+    try:
+        save_policy(policy, tmp / "model")
+        torch.save({"opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                    "rng": torch.get_rng_state()}, tmp / "state.pt")
+        if (out / SETTINGS).is_file():
+            shutil.copyfile(out / SETTINGS, tmp / SETTINGS)
+        write_manifest(tmp)
+    except Exception as e:  # noqa: BLE001 - torch, safetensors and tokenizers raise their own
+        if not is_write_failure(e):  # a programming error stays itself
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(checkpoint_failure(out, step, e)) from None
     replace_dir(tmp, out / CHECKPOINT)
 
 
-def resume_state(out: Path, policy, opt) -> tuple[int, float]:
+def checkpoint_failure(out: Path, step: int, error: Exception) -> str:
+    """The one line for a checkpoint write the disk refused: the library's error, the space
+    left, what is kept, and how to continue."""
+    reason = " ".join(str(getattr(error, "strerror", None) or error).split())
+    if isinstance(error, OSError) and error.filename:
+        reason += f": {error.filename}"
+    with contextlib.suppress(OSError):
+        reason += f"; {shutil.disk_usage(out).free / 1e6:.0f} MB free there"
+    kept = (f"the previous checkpoint ({out / CHECKPOINT}) is intact"
+            if (out / CHECKPOINT / "state.pt").is_file()
+            else "there is no earlier checkpoint, so a rerun starts at step 0")
+    return (f"rookworld: pretrain: writing the checkpoint of step {step} into {out} failed "
+            f"({reason}); the partial copy was removed and {kept}. Free space, then run the "
+            "same command again with resume=true to continue")
+
+
+def resume_state(out: Path, policy, opt, settings: dict) -> tuple[int, float]:
     """(step, elapsed seconds) of the newest whole checkpoint of out, its weights and
     optimiser state loaded; (0, 0.0) when there is none. A checkpoint is whole when its
     files match its manifest (out/checkpoint written before manifests existed is taken as
     it is);
     the copies a kill can leave beside out/checkpoint (`.checkpoint.tmp` sealed,
     `.checkpoint.old`, `.checkpoint.resumed`) count too, and the newest becomes
-    out/checkpoint again. Damage, or weights of another shape, end the run with
-    one line naming the file and what to do."""
+    out/checkpoint again. Damage, weights of another shape, or settings (`run_settings`)
+    other than those the checkpoint records end the run with one line naming the file or
+    the keys and what to do; a checkpoint that records no settings is resumed as it is."""
     found, problems = [], []
     for path in (out / CHECKPOINT, out / f".{CHECKPOINT}.tmp", out / f".{CHECKPOINT}.old",
                  out / f".{CHECKPOINT}.resumed"):
@@ -270,6 +351,19 @@ def resume_state(out: Path, policy, opt) -> tuple[int, float]:
         raise SystemExit(f"rookworld: pretrain: the checkpoint in {path} does not fit this "
                          f"model ({e}); resume it with its own model settings, or start over "
                          "with resume=false or another out_dir") from None
+    try:
+        saved = json.loads((path / SETTINGS).read_text()) if (path / SETTINGS).is_file() \
+            else {}
+        if not isinstance(saved, dict):
+            raise ValueError(SETTINGS)
+    except ValueError:  # an unsealed checkpoint's damaged file
+        raise SystemExit(f"rookworld: pretrain: {path / SETTINGS} cannot be read; start over "
+                         "with resume=false or another out_dir") from None
+    if changed := changed_settings(saved, settings):
+        raise SystemExit(
+            f"rookworld: pretrain: {out} holds a run (step {step}) made with other settings: "
+            f"{'; '.join(changed)}. Continue it with the checkpoint's values, or start over "
+            "with resume=false or another out_dir")
     torch.set_rng_state(state["rng"])
     print(f"[rookworld] pretrain: resuming from step {step} ({path})", flush=True)
     return step, state["elapsed"]
@@ -305,8 +399,10 @@ def run(cfg: DictConfig) -> None:
     step, elapsed = 0, 0.0
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
+    settings = run_settings(cfg)
     if cfg.resume:
-        step, elapsed = resume_state(out, policy, opt)
+        step, elapsed = resume_state(out, policy, opt, settings)
+    atomic_write_text(out / SETTINGS, json.dumps(settings, indent=1))  # for the checkpoints
     # the stages that made the starting weights, kept in the run directory so that a
     # resumed run does not read its own export as its parent; a run from step 0 writes its own
     parent_file = out / "parent.json"
@@ -352,38 +448,40 @@ def _train(cfg, policy, opt, rows, curve: Curve, step: int, elapsed: float, out:
     bar = tqdm(total=cfg.steps, initial=step, desc="pretrain", mininterval=5)
     log = open(out / "pretrain_log.jsonl", "a")
     last = cfg.steps if cfg.stop_at is None else min(cfg.stop_at, cfg.steps)
-    while step < last and (time.perf_counter() - t0) < cfg.max_minutes * 60:
-        for g in opt.param_groups:
-            g["lr"] = get_lr(step, cfg)
-        # the batch is a function of (seed, step): a resumed run trains on what an
-        # uninterrupted one would have
-        batch = random.Random(cfg.seed * 1_000_003 + step).sample(rows, cfg.batch_size)
-        ids, labels = (t.to(device, non_blocking=True)
-                       for t in make_batch(batch, policy.eos_id))
-        loss = lm_loss(model, ids, labels, dtype)
-        if not torch.isfinite(loss):  # the weights would turn NaN: keep the last checkpoint
-            raise SystemExit(f"rookworld: pretrain: the loss is {loss.item()} at step "
-                             f"{step + 1}; out_dir keeps the last checkpoint. Lower lr or "
-                             "grad_clip, then run again")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        step += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        log.write(json.dumps({"step": step, "loss": loss.item(), "lr": get_lr(step - 1, cfg),
-                              "elapsed_s": time.perf_counter() - t0}) + "\n")
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:  # 0: at the end only
-            log.flush()
-            save_state(out, policy, opt, step, time.perf_counter() - t0)
-        if cfg.curve_every and step % cfg.curve_every == 0:
-            t_eval = time.perf_counter()
-            curve.add(step, t_eval - t0)
-            t0 += time.perf_counter() - t_eval  # the budget counts training time only
-            model.train()
-    bar.close()
-    log.close()
+    try:
+        while step < last and (time.perf_counter() - t0) < cfg.max_minutes * 60:
+            for g in opt.param_groups:
+                g["lr"] = get_lr(step, cfg)
+            # the batch is a function of (seed, step): a resumed run trains on what an
+            # uninterrupted one would have
+            batch = random.Random(cfg.seed * 1_000_003 + step).sample(rows, cfg.batch_size)
+            ids, labels = (t.to(device, non_blocking=True)
+                           for t in make_batch(batch, policy.eos_id))
+            loss = lm_loss(model, ids, labels, dtype)
+            if not torch.isfinite(loss):  # the weights would turn NaN: keep the last checkpoint
+                raise SystemExit(f"rookworld: pretrain: the loss is {loss.item()} at step "
+                                 f"{step + 1}; out_dir keeps the last checkpoint. Lower lr or "
+                                 "grad_clip and start over with resume=false or another out_dir")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            log.write(json.dumps({"step": step, "loss": loss.item(), "lr": get_lr(step - 1, cfg),
+                                  "elapsed_s": time.perf_counter() - t0}) + "\n")
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:  # 0: at the end only
+                log.flush()
+                save_state(out, policy, opt, step, time.perf_counter() - t0)
+            if cfg.curve_every and step % cfg.curve_every == 0:
+                t_eval = time.perf_counter()
+                curve.add(step, t_eval - t0)
+                t0 += time.perf_counter() - t_eval  # the budget counts training time only
+                model.train()
+    finally:  # a stop mid-loop (a full disk, a non-finite loss) ends the bar's line first
+        bar.close()
+        log.close()
     elapsed = time.perf_counter() - t0
     save_state(out, policy, opt, step, elapsed)
     model.eval()

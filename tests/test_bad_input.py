@@ -409,3 +409,20 @@ def test_a_missing_external_set_is_reported(tiny_overrides, tmp_path, capsys):
     policy = build_random(n_layer=1, n_embd=32, n_head=2, n_positions=320)
     assert "external" not in measure(policy, cfg, held_out)
     assert "missing.txt: no such file; the external ROOK set is skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model", ["embedded", "rookworld_lm_124m", "hf"])
+def test_a_model_directory_without_its_tokenizer_names_the_file(model, tiny_overrides,
+                                                                tmp_path):
+    """A copy of the shipped model less tokenizer.json: one ConfigError naming the directory
+    and the file, not transformers' request for sentencepiece or tiktoken."""
+    import shutil
+
+    shutil.copytree(policy_mod.EMBEDDED_DIR, tmp_path / "model")
+    (tmp_path / "model" / "tokenizer.json").unlink()
+    base = [o for o in tiny_overrides if not o.startswith("model")]
+    with pytest.raises(ConfigError, match=f"no tokenizer in {tmp_path / 'model'}: "
+                                          "tokenizer.json is missing") as err:
+        run(compose(base + [f"model={model}", f"model.path={tmp_path / 'model'}"]),
+            tmp_path / "run")
+    assert "sentencepiece" not in str(err.value)

@@ -101,3 +101,32 @@ def test_gpt2_small_shape_grpo_step_through_the_config_path(tmp_path, synthetic_
     m = engine.update(batch, 0)
     assert torch.isfinite(torch.tensor(m["loss/total"]))
     assert abs(m["kl/k3"]) < 1e-5  # reference and policy agree at step 0: dropout is off
+
+
+def test_a_model_directory_without_a_tokenizer_names_the_missing_file(tmp_path, synthetic_data):
+    """Refused before AutoTokenizer (whose own error asks for sentencepiece or tiktoken), by
+    each loader, naming the directory and the file; BPE files without tokenizer.json load."""
+    from rookworld.backends.hub import check, load_hf
+    from rookworld.errors import ConfigError
+    from rookworld.policy import load_embedded
+
+    tok = save_hub_dir(tmp_path, synthetic_data, 1, 32, 2)
+    (tmp_path / "tokenizer.json").unlink()
+    for load in (load_pretrained, load_embedded, load_hf, lambda p: check(path=p)):
+        with pytest.raises(ConfigError, match=f"no tokenizer in {tmp_path}: tokenizer.json is "
+                                              "missing"):
+            load(str(tmp_path))
+    # BPE files: not read by the tokenizer class that tokenizer_config.json names
+    tok.backend_tokenizer.model.save(str(tmp_path))  # vocab.json and merges.txt
+    with pytest.raises(ConfigError, match="names TokenizersBackend, which reads tokenizer.json"):
+        load_pretrained(str(tmp_path))
+    # without that file, GPT-2's own tokenizer reads them; half of them: the other is named
+    (tmp_path / "tokenizer_config.json").unlink()
+    merges = (tmp_path / "merges.txt").read_bytes()
+    (tmp_path / "merges.txt").unlink()
+    with pytest.raises(ConfigError, match=r"merges.txt is missing \(it holds vocab.json\)"):
+        load_pretrained(str(tmp_path))
+    (tmp_path / "merges.txt").write_bytes(merges)
+    policy = load_pretrained(str(tmp_path))
+    text = "P: 8/8/8/8/8/8/8/K6k w"
+    assert policy.decode(policy.encode_prompt(text)) == text

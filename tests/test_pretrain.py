@@ -1,6 +1,7 @@
 """`python -m rookworld.pretrain`: the unmasked causal forward it trains with, its
 compute curve, checkpoint and export, on a tiny model and synthetic data."""
 
+import errno
 import hashlib
 import json
 import subprocess
@@ -124,6 +125,136 @@ def test_pretrain_faults_end_in_a_message_and_lose_no_checkpoint(tmp_path, synth
                       "grad_clip=1e12")
     assert p.returncode == 1 and "the loss is nan" in p.stderr.lower(), p.stderr[-2000:]
     assert not (blown / "model").exists()
+
+
+def _tiny_state(out: Path):
+    """A tiny policy, its optimiser and run settings, and a checkpoint of step 2 in out."""
+    from rookworld.policy import build_random
+    from rookworld.pretrain import SETTINGS, save_state
+
+    policy = build_random(n_layer=1, n_embd=16, n_head=2, n_positions=32)
+    opt = torch.optim.AdamW(policy.model.parameters())
+    settings = {"lr": 1e-3, "seed": 0}
+    (out / SETTINGS).write_text(json.dumps(settings))
+    save_state(out, policy, opt, 2, 1.0)
+    return policy, opt, settings
+
+
+def _enforce_fail(obj, f, *args, **kwargs):  # what torch.save raises when the disk is full
+    Path(f).write_bytes(b"PK\x03\x04 cut short")
+    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+def _safetensors_full(tensors, filename, metadata=None):
+    from safetensors import SafetensorError
+    Path(filename).write_bytes(b"cut short")
+    raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                          "(os error 28)")
+
+
+def _manifest_full(path, text):
+    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+@pytest.mark.parametrize(("target", "fault", "named"), [
+    ("torch.save", _enforce_fail, "unexpected pos 704 vs 598"),
+    ("rookworld.gpt2.save_file", _safetensors_full, "No space left on device (os error 28)"),
+    ("rookworld.run_dir.atomic_write_text", _manifest_full, "No space left on device: "),
+], ids=["state", "weights", "manifest"])
+def test_a_full_disk_while_checkpointing_removes_the_copy_and_keeps_the_last(tmp_path,
+                                                                            monkeypatch, target,
+                                                                            fault, named):
+    """Whichever library's write the disk refuses: one line naming its error and the way on,
+    the partial copy removed, the previous checkpoint whole and resumable."""
+    from rookworld.pretrain import resume_state, save_state
+    from rookworld.run_dir import verify
+
+    policy, opt, settings = _tiny_state(tmp_path)
+    before = (tmp_path / "checkpoint" / "manifest.json").read_text()
+    monkeypatch.setattr(target, fault)
+    with pytest.raises(SystemExit) as err:
+        save_state(tmp_path, policy, opt, 4, 2.0)
+    message = str(err.value)
+    assert message.startswith("rookworld: pretrain: writing the checkpoint of step 4 into "
+                              f"{tmp_path} failed (") and "\n" not in message, message
+    assert named in message and "MB free there" in message
+    assert "the previous checkpoint" in message and "is intact" in message
+    assert message.endswith("Free space, then run the same command again with resume=true to "
+                            "continue")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "run_settings.json"]
+    assert verify(tmp_path / "checkpoint") is None
+    assert (tmp_path / "checkpoint" / "manifest.json").read_text() == before
+    monkeypatch.undo()
+    assert resume_state(tmp_path, policy, opt, settings) == (2, 1.0)
+
+
+def test_a_full_disk_at_a_pretrain_checkpoint_ends_in_one_line_and_the_rerun_resumes(
+        tmp_path, synthetic_data):
+    """The command line: torch's own error at the second checkpoint's state file, one line
+    and exit code 1; the same command again continues from the first checkpoint."""
+    train, held_out = synthetic_data
+    out = tmp_path / "run"
+    wrapper = tmp_path / "full_disk.py"
+    wrapper.write_text(
+        "import runpy, sys\nfrom pathlib import Path\nimport torch\nreal = torch.save\n"
+        "def save(obj, f, *a, **k):\n"
+        "    if str(f).endswith('state.pt') and obj.get('step') == 4:\n"
+        "        Path(f).write_bytes(b'PK cut short')\n"
+        "        raise RuntimeError('[enforce fail at inline_container.cc:672] . unexpected "
+        "pos 704 vs 598')\n"
+        "    return real(obj, f, *a, **k)\n"
+        "torch.save = save\n"
+        "runpy.run_module('rookworld.pretrain', run_name='__main__', alter_sys=True)\n")
+    args = [f"out_dir={out}", f"data.train={train}", f"data.eval={held_out}",
+            "data.external_eval=/nonexistent", *TINY, "batch_size=4", "warmup_steps=1",
+            "data.eval_per_task=4", "curve_every=0", "sampler.max_new_tokens=8",
+            "sampler.per_task.A.max_new_tokens=8", "strength=none", "steps=4",
+            "checkpoint_every=2"]
+    p = subprocess.run([sys.executable, str(wrapper), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("rookworld: pretrain: writing the checkpoint of step 4") and \
+        "unexpected pos 704 vs 598" in last and "resume=true" in last, last
+    assert not (out / ".checkpoint.tmp").exists() and not (out / "model").exists()
+    assert torch.load(out / "checkpoint" / "state.pt", weights_only=True)["step"] == 2
+    p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=2")
+    assert p.returncode == 0 and "resuming from step 2" in p.stdout, p.stderr[-2000:]
+    assert _log_steps(out) == [1, 2, 3, 4]
+
+
+def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, synthetic_data):
+    """The checkpoint records the settings that shape the run: a rerun under another lr and
+    seed (or data) is refused with one line naming them, and changes nothing; time budget,
+    stop, checkpoint and curve settings may change."""
+    train, held_out = synthetic_data
+    out = tmp_path / "run"
+    p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=2", "stop_at=2")
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = (out / "pretrain_log.jsonl").read_text()
+    state = (out / "checkpoint" / "state.pt").read_bytes()
+    p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=2", "lr=2e-3",
+                      "seed=1")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rookworld: pretrain: {out} holds a run (step 2) made with other "
+                           "settings: seed=0 (this command: 1); lr=0.001 (this command: 0.002). "
+                           "Continue it with the checkpoint's values, or start over with "
+                           "resume=false or another out_dir"), last
+    other = tmp_path / "other.jsonl"  # the training rows less the last: other data
+    other.write_text("".join(Path(train).read_text().splitlines(keepends=True)[:-1]))
+    p = _pretrain_run(out, str(other), held_out, "steps=4", "checkpoint_every=2")
+    assert p.returncode == 1 and "data.train=" in p.stderr and str(other) in p.stderr
+    assert (out / "pretrain_log.jsonl").read_text() == log  # nothing changed
+    assert (out / "checkpoint" / "state.pt").read_bytes() == state
+    p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=1", "max_minutes=30",
+                      "curve_every=2", "curve_per_task=2", "data.eval_per_task=2")
+    assert p.returncode == 0 and "resuming from step 2" in p.stdout, p.stderr[-2000:]
+    assert _log_steps(out) == [1, 2, 3, 4]
+    lrs = [json.loads(x)["lr"] for x in (out / "pretrain_log.jsonl").read_text().splitlines()]
+    assert lrs == pytest.approx([get_lr(s, SimpleNamespace(lr=1e-3, min_lr=1e-4,
+                                                           warmup_steps=1, steps=4))
+                                 for s in range(4)])
 
 
 @pytest.mark.slow  # two pretraining stages and an export: ~25 s
@@ -329,3 +460,17 @@ def test_a_stage_records_where_it_trained_with_its_autocast_dtype():
     cpu = torch.device("cpu")
     assert device_name(cpu, None) == "cpu"
     assert device_name(cpu, torch.bfloat16) == "cpu, bfloat16 autocast"
+
+
+def test_settings_compare_by_the_checkpoints_keys_and_the_data_by_content():
+    from rookworld.pretrain import changed_settings
+
+    data = {"path": "a/train.jsonl", "sha256": "0" * 64}
+    saved = {"lr": 1e-3, "model.n_embd": 32, "data.train": data}
+    assert changed_settings({}, {"lr": 5.0}) == []  # a checkpoint that records none
+    assert changed_settings(saved, {**saved, "data.train": {**data, "path": "b/x.jsonl"},
+                                    "max_minutes": 9, "new_key": 1}) == []
+    assert changed_settings(saved, {"lr": 0.001, "data.train": {**data, "sha256": "1" * 64}}) == [
+        "model.n_embd=32 (this command: not set)",
+        f"data.train=a/train.jsonl, sha256 {'0' * 12} (this command: a/train.jsonl, sha256 "
+        f"{'1' * 12})"]

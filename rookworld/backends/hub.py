@@ -66,9 +66,10 @@ def check_weights(names: set[str] | None, index: dict | None, where: str) -> Non
 
 def preflight(path: str | None, local_files_only: bool = False, revision: str | None = None,
               fetch: bool = True) -> Path | None:
-    """Check config and weight format, then return a local directory with the model
-    (a hub id is fetched only once it passed; fetch=False: checked only, None returned).
-    Raises UnsupportedModel or FileNotFoundError before any weight is downloaded or read."""
+    """Check config and weight format (and, in a local directory, that a tokenizer is
+    there), then return a local directory with the model (a hub id is fetched only once it
+    passed; fetch=False: checked only, None returned). Raises UnsupportedModel, ConfigError
+    or FileNotFoundError before any weight is downloaded or read."""
     if not path:
         raise UnsupportedModel("model.path is not set: give a hub id (owner/name) or a local "
                                "directory")
@@ -80,6 +81,9 @@ def preflight(path: str | None, local_files_only: bool = False, revision: str | 
         check_config(json.loads(cfg.read_text()), f"model.path={path}")
         index = json.loads((local / INDEX).read_text()) if (local / INDEX).is_file() else None
         check_weights({f.name for f in local.iterdir()}, index, f"model.path={path}")
+        from ..policy import check_tokenizer
+
+        check_tokenizer(local, f"model.path={path}")  # ConfigError naming the missing file
         return local
     if not is_hub_id(path):
         raise FileNotFoundError(f"model.path={path!r}: no such directory, and not a hub id "
