@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -75,3 +76,16 @@ def _atomic_write(path: Path, content: str | bytes, mode: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Put the finished directory tmp at final: the old final is moved aside first, so that
+    at every moment one whole copy sits at final or at its `.old` name beside it (where a
+    pretraining resume also looks after a kill, `pretrain.resume_state`)."""
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)

@@ -31,18 +31,17 @@ from .data.load import read_samples
 from .data.loaders import ON_DEFECT
 from .errors import ConfigError, check_not_shipped
 from .evaluate import measure
-from .files import atomic_write_text, sha256_file
+from .files import atomic_write_text, replace_dir, sha256_file
 from .optim import cosine_schedule
 from .policy import EMBEDDED_DIR, save_policy
 from .run_dir import (
     MANIFEST,
     MetricsFile,
+    is_write_failure,
     load_weights,
-    replace_dir,
     verify,
     write_manifest,
 )
-from .run_dir import _is_write_failure as is_write_failure
 from .sft import encode, lm_loss, make_batch
 
 
@@ -265,7 +264,7 @@ def _shown_file(record: dict | None) -> str:
 
 def save_state(out: Path, policy, opt, step: int, elapsed: float) -> None:
     """Write out/checkpoint whole or not at all: built beside it, sealed with a manifest,
-    then swapped in (`run_dir.replace_dir`), so a kill at any moment leaves one whole
+    then swapped in (`files.replace_dir`), so a kill at any moment leaves one whole
     checkpoint that `resume_state` finds. The run's settings (out/run_settings.json, which
     `run` writes once they passed `resume_state`) go with it, for a resume to compare. A
     write the disk refuses (full, a quota, a size limit) removes the copy being built and

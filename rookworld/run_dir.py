@@ -30,7 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .errors import ConfigError
-from .files import apply_umask, atomic_write_text, fsync_dir, sha256_file
+from .files import apply_umask, atomic_write_text, replace_dir, sha256_file
 from .redact import redact
 
 LATEST = "latest"
@@ -123,7 +123,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
     except Exception as e:  # noqa: BLE001 - which of them is the disk's: below
-        if not _is_write_failure(e):  # a programming error stays itself
+        if not is_write_failure(e):  # a programming error stays itself
             raise
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
@@ -146,7 +146,7 @@ def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     write_manifest(tmp)
 
 
-def _is_write_failure(e: Exception) -> bool:
+def is_write_failure(e: Exception) -> bool:
     """Whether a checkpoint write failed at the disk (full, a size limit): torch raises
     RuntimeError, safetensors SafetensorError, the tokenizers library a plain Exception
     naming the OS error."""
@@ -164,19 +164,6 @@ def write_manifest(directory: Path) -> None:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Put the finished directory tmp at final: the old final is moved aside first, so that
-    at every moment one whole copy sits at final or at its `.old` name beside it (where a
-    pretraining resume also looks after a kill, `pretrain.resume_state`)."""
-    old = final.with_name(f".{final.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def step_of(path: Path) -> int:

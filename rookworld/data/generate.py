@@ -34,7 +34,7 @@ from tqdm import tqdm
 from rookworld.chess_tasks.policy import MAX_MOVES
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from rookworld.errors import ConfigError, check_not_shipped
-from rookworld.files import atomic_write_bytes
+from rookworld.files import atomic_write_bytes, replace_dir
 
 from .card import write_card
 from .games import GameStyle, play_games
@@ -165,7 +165,7 @@ def write_jsonl_gz(path: Path, samples) -> None:
 
 
 def _beside(out: Path) -> tuple[Path, Path]:
-    """The folder the next set is built in, and the name `run_dir.replace_dir` moves the
+    """The folder the next set is built in, and the name `files.replace_dir` moves the
     previous set to while it swaps."""
     return out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.old")
 
@@ -184,10 +184,9 @@ def _recover(out: Path) -> None:
 
 def write_outputs(out: Path, cache: Path, splits: dict[str, list], card) -> None:
     """Build the splits and the data card (`card(path)` writes it) in a sibling folder and
-    swap it in for out with `run_dir.replace_dir`, so that out holds the previous set or
+    swap it in for out with `files.replace_dir`, so that out holds the previous set or
     this one, whole. Entries of out that are no output are carried over (hard links), and
     the previous card too, for the hand-written notes `write_card` keeps."""
-    from rookworld.run_dir import replace_dir  # imports torch: only when there is a set to write
 
     tmp, _ = _beside(out)
     after = (f"out_dir={out} keeps its previous files; free space and run again (games and "
