@@ -332,7 +332,9 @@ class MetricsFile:
 def fold_into(new_dir: Path, run_dir: Path) -> None:
     """A resume writes into the run it continues: the directory Hydra made for the
     resuming command (holding only its .hydra/ record) moves into the run as
-    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume."""
+    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume. The
+    error.txt of the attempt it continues goes with that record, so the run's own
+    error.txt is always its latest attempt's."""
     new_dir = new_dir.resolve()
     if new_dir == run_dir.resolve() or not new_dir.is_dir() \
             or {p.name for p in new_dir.iterdir()} - {".hydra"}:
@@ -341,6 +343,8 @@ def fold_into(new_dir: Path, run_dir: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if (new_dir / ".hydra").is_dir() and not dest.exists():
         shutil.move(new_dir / ".hydra", dest)  # copied where the run is on another filesystem
+    if (run_dir / "error.txt").is_file() and dest.is_dir():
+        os.replace(run_dir / "error.txt", dest / "error.txt")
     import logging
     for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
         if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:
