@@ -233,6 +233,8 @@ def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, synthetic_
     assert p.returncode == 0, p.stderr[-2000:]
     log = (out / "pretrain_log.jsonl").read_text()
     state = (out / "checkpoint" / "state.pt").read_bytes()
+    [record] = (out / "hydra").glob("*/.hydra/overrides.yaml")  # the first command's
+    kept = record.read_text()
     p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=2", "lr=2e-3",
                       "seed=1")
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
@@ -247,6 +249,7 @@ def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, synthetic_
     assert p.returncode == 1 and "data.train=" in p.stderr and str(other) in p.stderr
     assert (out / "pretrain_log.jsonl").read_text() == log  # nothing changed
     assert (out / "checkpoint" / "state.pt").read_bytes() == state
+    assert record.read_text() == kept  # each command's record beside, not over, the first
     p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=1", "max_minutes=30",
                       "curve_every=2", "curve_per_task=2", "data.eval_per_task=2")
     assert p.returncode == 0 and "resuming from step 2" in p.stdout, p.stderr[-2000:]
@@ -474,3 +477,4 @@ def test_settings_compare_by_the_checkpoints_keys_and_the_data_by_content():
         "model.n_embd=32 (this command: not set)",
         f"data.train=a/train.jsonl, sha256 {'0' * 12} (this command: a/train.jsonl, sha256 "
         f"{'1' * 12})"]
+
