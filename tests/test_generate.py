@@ -319,13 +319,12 @@ def test_a_full_disk_while_labels_are_appended_is_named_and_a_rerun_labels_them(
 
 
 @pytest.mark.usefixtures("stockfish")
-@pytest.mark.parametrize("when", ["after the splits", "between the renames"])
-def test_a_rerun_killed_while_writing_its_outputs_leaves_the_previous_set_whole(
-        tmp_path, monkeypatch, when):
-    """A rerun with other counts killed after writing its splits, or between moving the
-    previous set aside and moving its own in: out_dir never mixes the two runs' files;
-    the previous set is at out_dir (or where the next run puts it back from), with a file
-    of the user's and the card's notes; a rerun then writes its own set whole."""
+@pytest.mark.parametrize("when", ["after the splits", "as the set moves in"])
+def test_a_rerun_killed_while_writing_its_outputs_loses_nothing(tmp_path, monkeypatch, when):
+    """A rerun with other counts killed while building its set leaves out_dir as it was;
+    killed as its files move in, it leaves out_dir without DATA_CARD.md (the mark of an
+    interrupted set), the previous card's notes kept aside; files of the user's are never
+    touched, and a rerun then writes its own set whole, notes included."""
     import rookworld.data.card as card
     import rookworld.data.generate as generate
 
@@ -344,8 +343,8 @@ def test_a_rerun_killed_while_writing_its_outputs_leaves_the_previous_set_whole(
     else:
         replace = os.replace
 
-        def replace_or_die(src, dst):  # dies as the new set would move in
-            if Path(dst) == out:
+        def replace_or_die(src, dst):  # dies as the new eval split would move in
+            if Path(dst) == out / "eval.jsonl.gz":
                 raise _Killed
             return replace(src, dst)
 
@@ -353,15 +352,12 @@ def test_a_rerun_killed_while_writing_its_outputs_leaves_the_previous_set_whole(
     with pytest.raises(_Killed):
         run(_cfg(out, cache, other))
     monkeypatch.undo()
-    if when == "between the renames":
-        assert not out.exists() and _files(tmp_path / ".data.old") == before
+    if when == "as the set moves in":
+        assert not (out / "DATA_CARD.md").exists()
+        assert "hand-written" in (out / generate.MOVING).read_text()
+        assert (out / "README.txt").read_text() == "the user's"
     else:
         assert _files(out) == before
-    monkeypatch.setattr(generate, "write_card", killed)  # killed again: nothing lost still
-    with pytest.raises(_Killed):
-        run(_cfg(out, cache, other))
-    monkeypatch.undo()
-    assert _files(out) == before
     run(_cfg(out, cache, other))
     after = _files(out)
     assert after.keys() == before.keys() and after["README.txt"] == b"the user's"

@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 import time
 import zlib
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from tqdm import tqdm
 from rookworld.chess_tasks.policy import MAX_MOVES
 from rookworld.chess_tasks.stockfish_pool import Analysis, EnginePool
 from rookworld.errors import ConfigError, check_not_shipped
-from rookworld.files import atomic_write_bytes, replace_dir
+from rookworld.files import atomic_write_bytes, fsync_dir
 
 from .card import write_card
 from .games import GameStyle, play_games
@@ -164,74 +165,55 @@ def write_jsonl_gz(path: Path, samples) -> None:
     path.write_bytes(gzip.compress(lines.encode(), mtime=0))
 
 
-def _beside(out: Path) -> tuple[Path, Path]:
-    """The folder the next set is built in, and the name `files.replace_dir` moves the
-    previous set to while it swaps."""
-    return out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.old")
+BUILDING = ".generate-"  # prefix of the folder inside out_dir a set is built in
+MARK = "building-a-set"  # the file that marks such a folder as the generator's own
+MOVING = "DATA_CARD.md.writing"  # the previous card while a new set moves in
 
 
 def _recover(out: Path) -> None:
-    """Clear what a killed run left beside out: its unfinished set, and the previous set
-    moved aside (put back at out when a kill came between replace_dir's two renames)."""
-    tmp, old = _beside(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    if old.exists() and not out.exists():
-        old.replace(out)
-        print(f"[rookworld] {out} restored from {old}, where a run killed while swapping in "
-              "its outputs had left it", flush=True)
-    shutil.rmtree(old, ignore_errors=True)
+    """Remove the folders a killed run left inside out while building its set (only those
+    holding the generator's mark: nothing else in out is touched)."""
+    for entry in out.glob(f"{BUILDING}*") if out.is_dir() else []:
+        if entry.is_dir() and not entry.is_symlink() and (entry / MARK).is_file():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def write_outputs(out: Path, cache: Path, splits: dict[str, list], card) -> None:
-    """Build the splits and the data card (`card(path)` writes it) in a sibling folder and
-    swap it in for out with `files.replace_dir`, so that out holds the previous set or
-    this one, whole. Entries of out that are no output are carried over (hard links), and
-    the previous card too, for the hand-written notes `write_card` keeps."""
-
-    tmp, _ = _beside(out)
+    """Build the splits and the data card (`card(path)` writes it, keeping the previous
+    card's hand-written notes) in a marked folder inside out, then move them in over the
+    previous set: the previous card steps aside first (`DATA_CARD.md.writing`) and the new
+    card comes last, so out without a DATA_CARD.md is a set a kill interrupted (run the
+    command again: its card keeps the notes). A failure while building leaves out as it
+    was. Nothing else in out is read or moved."""
     after = (f"out_dir={out} keeps its previous files; free space and run again (games and "
              f"labels are cached in {cache})")
-    with _writing(f"the outputs into {tmp}", after):
+    with _writing(f"the outputs into {out}", after):
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=BUILDING, dir=out))
         try:
-            _recover(out)
-            tmp.mkdir()
-            for entry in out.iterdir() if out.is_dir() else []:
-                if entry.name == "DATA_CARD.md":
-                    shutil.copyfile(entry, tmp / entry.name)
-                elif entry.name not in OUTPUTS:
-                    _link_tree(entry, tmp / entry.name)
+            (tmp / MARK).touch()
+            for previous in (out / "DATA_CARD.md", out / MOVING):
+                if previous.is_file():
+                    shutil.copyfile(previous, tmp / "DATA_CARD.md")
+                    break
             for name, samples in splits.items():
                 write_jsonl_gz(tmp / f"{name}.jsonl.gz", samples)
             card(tmp / "DATA_CARD.md")
-            for f in tmp.iterdir():
-                if f.is_file():
-                    with open(f, "rb") as fh:
-                        os.fsync(fh.fileno())
-        except OSError:
+            for name in OUTPUTS:
+                with open(tmp / name, "rb") as fh:
+                    os.fsync(fh.fileno())
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    with _writing(f"out_dir={out} (swapping in {tmp})",
-                  f"{out} holds one whole set; run again"):
-        try:
-            replace_dir(tmp, out)
-        except OSError:
-            _recover(out)
-            raise
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    """Hard-link src (a file, or a folder's files) at dst, copying where links fail."""
-    def link(a, b):
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dst, symlinks=True, copy_function=link)
-    elif src.is_symlink():
-        os.symlink(os.readlink(src), dst)
-    else:
-        link(src, dst)
+    with _writing(f"out_dir={out} (moving the new set in from {tmp})",
+                  f"{out} lacks its DATA_CARD.md until the command runs again"):
+        if (out / "DATA_CARD.md").is_file():
+            os.replace(out / "DATA_CARD.md", out / MOVING)
+        for name in OUTPUTS:  # the card last
+            os.replace(tmp / name, out / name)
+        (out / MOVING).unlink(missing_ok=True)
+        fsync_dir(out)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -242,7 +224,7 @@ def run(cfg: DictConfig) -> dict:
     check_a_kinds(OmegaConf.to_container(cfg.a_kinds))
     out, cache = Path(to_absolute_path(cfg.out_dir)), Path(to_absolute_path(cfg.cache_dir))
     check_not_shipped(str(out), SHIPPED_DATA, cfg.get("replace_shipped", False), "out_dir")
-    out = out.resolve()  # a link to a folder: the swap happens at the folder
+    out = out.resolve()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out_dir={out} is a file; name a folder")
     with _writing(f"out_dir={out} or cache_dir={cache}", "nothing was written"):
