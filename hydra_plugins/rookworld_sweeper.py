@@ -42,6 +42,12 @@ class RookworldOptunaSweeper(OptunaSweeper):
             raise SystemExit(message) from None
 
 
+# What fails one batch only, by class name (no launcher's package imported): a searched value
+# Hydra cannot compose, a joblib worker killed, a submitit job that ended without a result.
+BATCH_ERRORS = {"MissingConfigException", "ConfigCompositionException",
+                "TerminatedWorkerError", "BrokenProcessPool", "UncompletedJobError"}
+
+
 class BatchFailures:
     """The sweeper's launcher, with a launch that raises (a searched config-group value Hydra
     cannot compose, a joblib worker killed) failing only that batch's trials, each with the
@@ -57,7 +63,9 @@ class BatchFailures:
     def launch(self, job_overrides, initial_job_idx):
         try:
             return self.launcher.launch(job_overrides, initial_job_idx)
-        except Exception as e:  # noqa: BLE001 - the trials fail with it, the sweep goes on
+        except Exception as e:
+            if not any(c.__name__ in BATCH_ERRORS for c in type(e).__mro__):
+                raise  # a launcher that cannot work at all (its setup, a bug) ends the sweep
             return self.failed_batch(list(job_overrides), e)
 
     def failed_batch(self, job_overrides: list, error: Exception) -> list:

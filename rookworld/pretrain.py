@@ -243,7 +243,7 @@ def run_settings(cfg) -> dict:
 
 def changed_settings(saved: dict, now: dict) -> list[str]:
     """'key=the checkpoint's value (this command: its value)' for each setting that
-    differs; a key the checkpoint does not record (added to the code since) is not
+    differs; a key the checkpoint does not record (one it predates) is not
     compared, and data.train is compared by its content."""
     changed = []
     for key, was in saved.items():

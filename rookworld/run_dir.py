@@ -23,6 +23,7 @@ import pickle
 import random
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -118,7 +119,7 @@ def save_checkpoint(run_dir: Path, next_step: int, engine, extra: dict) -> Path:
     final = root / f"step-{next_step:06d}"
     tmp = root / f".tmp-step-{next_step:06d}"
     for stale in [*root.glob(".tmp-step-*"), *root.glob(".step-*.old"),
-                  *root.glob(".old-step-*")]:  # a killed save's (.old-step-*: 8bdde3b's layout)
+                  *root.glob(".old-step-*")]:  # a killed save's copy moved aside (.old-step-*)
         shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_checkpoint(tmp, next_step, engine, extra)
@@ -332,9 +333,7 @@ class MetricsFile:
 def fold_into(new_dir: Path, run_dir: Path) -> None:
     """A resume writes into the run it continues: the directory Hydra made for the
     resuming command (holding only its .hydra/ record) moves into the run as
-    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume. The
-    error.txt of the attempt it continues goes with that record, so the run's own
-    error.txt is always its latest attempt's."""
+    .hydra-resumes/<name> and goes away, instead of leaving a dated folder per resume."""
     new_dir = new_dir.resolve()
     if new_dir == run_dir.resolve() or not new_dir.is_dir() \
             or {p.name for p in new_dir.iterdir()} - {".hydra"}:
@@ -343,14 +342,28 @@ def fold_into(new_dir: Path, run_dir: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if (new_dir / ".hydra").is_dir() and not dest.exists():
         shutil.move(new_dir / ".hydra", dest)  # copied where the run is on another filesystem
-    if (run_dir / "error.txt").is_file() and dest.is_dir():
-        os.replace(run_dir / "error.txt", dest / "error.txt")
     import logging
     for h in logging.getLogger().handlers:  # train.log goes to the run's directory too
         if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == new_dir:
             h.close()
             h.baseFilename = str(run_dir / Path(h.baseFilename).name)
     shutil.rmtree(new_dir, ignore_errors=True)
+
+
+def set_aside_error(run_dir: Path) -> None:
+    """A resume that trains moves the error.txt of the attempt it continues to
+    .hydra-resumes/error-<time>.txt, so the run's own error.txt is always its latest
+    attempt's and none sits beside a later success."""
+    error = run_dir / "error.txt"
+    if not error.is_file():
+        return
+    dest = run_dir / ".hydra-resumes" / time.strftime("error-%Y-%m-%d_%H-%M-%S.txt")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while dest.exists():
+        dest = dest.with_name(f"{dest.stem.split('.')[0]}.{n}.txt")
+        n += 1
+    os.replace(error, dest)
 
 
 def make_output_dirs(argv: list[str]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -45,7 +44,7 @@ from .distributed import init as init_distributed
 from .engine import GRPOEngine
 from .engine_settings import EngineSettings
 from .episodes import Games, play
-from .files import atomic_write_text
+from .files import atomic_write_bytes, atomic_write_text
 from .grpo import Algorithm
 from .guards import KLGuard, NaNGuard, Outcome
 from .held_out import Evaluator, before_after_table, paired_se
@@ -66,13 +65,13 @@ from .run_dir import (
     RUN_CONFIG,
     CheckpointError,
     MetricsFile,
-    RunDirTaken,
     RunLock,
     ensure_writable,
     fold_into,
     load_checkpoint,
     make_output_dirs,
     save_checkpoint,
+    set_aside_error,
 )
 from .sampling import NonFiniteLogits, SamplingSettings
 from .strength import StrengthSuite, SuiteSettings, common_changes, settings_from
@@ -356,6 +355,8 @@ def _run(cfg: DictConfig, run_dir: Path, multirun: bool, parts: Parts, reward,
         return RunResult(Outcome("success", 0, "dry run"), run_dir, {}, {}, 0.0)
     if cfg.resume:
         record_steps(run_dir, cfg.steps)
+        if int(os.environ.get("RANK", "0")) == 0:
+            set_aside_error(run_dir)
     dist = init_distributed(cfg.device)  # under torchrun: join the process group
     main = dist is None or dist.is_main
     config_dict = redact_config(OmegaConf.to_container(cfg, resolve=True))
@@ -527,8 +528,8 @@ def restore_hydra_record(hc) -> None:
             if data is None:
                 path.unlink(missing_ok=True)
             else:
-                atomic_write_text(path, data.decode())
-        except (OSError, UnicodeDecodeError) as e:
+                atomic_write_bytes(path, data)
+        except OSError as e:
             print(f"[rookworld] could not restore {path} ({e})", file=sys.stderr, flush=True)
     if kept and all(data is None for data in kept.values()):
         try:
@@ -547,23 +548,29 @@ def drop_own_output_dir(hc) -> None:
     out = Path(hc.runtime.output_dir)
     record = out / hc.output_subdir
     try:
-        ours = [p.name for p in out.iterdir()] == [hc.output_subdir] \
-            and {p.name for p in record.iterdir()} <= set(HYDRA_FILES) \
-            and list(OmegaConf.load(record / "overrides.yaml")) == list(hc.overrides.task)
+        ours = list(OmegaConf.load(record / "overrides.yaml")) == list(hc.overrides.task)
     except Exception:  # noqa: BLE001 - unreadable: not known to be this command's, kept
         return
-    if ours:
-        shutil.rmtree(out, ignore_errors=True)
+    if not ours:
+        return
+    try:  # the named files, then the folders only if empty: another command's files stay
+        for name in HYDRA_FILES:
+            (record / name).unlink(missing_ok=True)
+        record.rmdir()
+        out.rmdir()
+    except OSError:
+        pass
 
 
 def _disk_full(e: BaseException) -> OSError | None:
-    """The OSError of a full disk (or quota, or size limit) behind e, if any."""
+    """The OSError of a full disk (or quota, or size limit) that e is or was raised from
+    (`raise ... from`), if any; an error raised while handling one is itself."""
     seen = set()
     while e is not None and id(e) not in seen:
         if isinstance(e, OSError) and e.errno in DISK_FULL:
             return e
         seen.add(id(e))
-        e = e.__cause__ or e.__context__
+        e = e.__cause__
     return None
 
 
@@ -608,8 +615,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as e:  # a bad setting or input: one line naming it, no traceback
         if multirun:
             raise
-        if isinstance(e, RunDirTaken):  # refused before writing: Hydra's record undone too
-            restore_hydra_record(hc)
+        restore_hydra_record(hc)  # refused before the run wrote anything: Hydra's record too
         _config_exit(e)
     except CheckpointError as e:  # a full disk: what to do, without a traceback
         if multirun:

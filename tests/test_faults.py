@@ -494,7 +494,7 @@ def test_sigterm_records_the_outcome_and_says_how_to_resume(tiny_overrides, tmp_
     assert json.loads((run_dir / "outcome.json").read_text())["status"] == "success"
     # the stopped attempt's error.txt went with the resume's record: none beside success
     assert not (run_dir / "error.txt").exists()
-    assert "Stopped" in next((run_dir / ".hydra-resumes").glob("*/error.txt")).read_text()
+    assert "Stopped" in next((run_dir / ".hydra-resumes").glob("error-*.txt")).read_text()
 
 
 def test_a_resume_folds_its_record_into_a_run_on_another_filesystem(tmp_path, monkeypatch):

@@ -293,18 +293,20 @@ def test_a_refused_resume_leaves_no_dated_folder(tmp_path, target):
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
 
 
-@pytest.mark.parametrize("held_by", ["a finished run", "a live run"])
+@pytest.mark.parametrize("held_by", ["a finished run", "a live run", "a bad setting"])
 def test_a_refused_rerun_leaves_the_runs_hydra_record_as_it_was(tiny_overrides, tmp_path,
                                                                  held_by):
     """Hydra saves a command's .hydra record before the run is refused (the directory holds
-    a run, or a live run locks it): the refusal puts the run's own record back."""
+    a run, a live run locks it, or a setting is refused before either is checked): the
+    refusal puts the run's own record back."""
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         (run_dir / ".hydra" / name).write_text(f"# the run's own {name}\n")
-    holder = None
-    if held_by == "a finished run":
+    holder, extra = None, []
+    if held_by != "a live run":
         (run_dir / "outcome.json").write_text('{"status": "success", "step": 2}')
+        extra = ["num_generations=1"] if held_by == "a bad setting" else []
     else:
         holder = subprocess.Popen(
             [sys.executable, "-c", "import sys, time; from rookworld.run_dir import RunLock\n"
@@ -314,13 +316,14 @@ def test_a_refused_rerun_leaves_the_runs_hydra_record_as_it_was(tiny_overrides, 
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     try:
         p = subprocess.run([sys.executable, "-m", "rookworld.train", *tiny_overrides, "seed=9",
-                            "steps=3", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=_env(),
-                           capture_output=True, text=True, timeout=300)
+                            "steps=3", *extra, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                           env=_env(), capture_output=True, text=True, timeout=300)
     finally:
         if holder is not None:
             holder.kill()
             holder.wait()
             holder.stdout.close()
-    refusal = "already holds a run" if holder is None else "is in use by another run"
+    refusal = {"a finished run": "already holds a run", "a live run": "is in use by another run",
+               "a bad setting": "num_generations"}[held_by]
     assert p.returncode == 1 and refusal in p.stderr, p.stderr[-2000:]
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

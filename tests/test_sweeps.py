@@ -441,13 +441,14 @@ def test_a_sqlite_start_keeps_the_trials_whose_jobs_outlived_the_dead_sweep_proc
     from rookworld.sweeps.trial import JOB_ATTR, job_identity
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
-    trials = [_running(study, lr) for lr in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)]
+    trials = [_running(study, lr) for lr in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)]
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)
     here = job_identity()
     jobs = [{**here, "pid": live.pid}, {**here, "pid": int(ended.stdout)}, None,
-            {"host": "elsewhere", "pid": 1}, {"host": "elsewhere", "pid": 1}]
+            {"host": "elsewhere", "pid": 1}, {"host": "elsewhere", "pid": 1},
+            here]  # the last: a dead job's pid that this (restarted) sweep process reuses
     storage = open_storage(url)
     ids = [storage.get_trial_id_from_study_id_trial_number(
         storage.get_study_id_from_name("s"), t.number) for t in trials]
@@ -457,10 +458,11 @@ def test_a_sqlite_start_keeps_the_trials_whose_jobs_outlived_the_dead_sweep_proc
                 storage.set_trial_system_attr(trial_id, JOB_ATTR, job)
         storage.record_heartbeat(ids[4])  # the stale one: silent for twice the grace below
         time.sleep(2.0)
-        storage.record_heartbeat(ids[3])  # the other host's live job beats on
-        assert sorted(fail_stale_trials(url, "s", grace_s=1)) == [1, 2, 4]
+        for alive in (ids[0], ids[3]):  # this host's live job and the other host's beat on
+            storage.record_heartbeat(alive)
+        assert sorted(fail_stale_trials(url, "s", grace_s=1)) == [1, 2, 4, 5]
         states = [t.state.name for t in optuna.load_study(study_name="s", storage=url).trials]
-        assert states == ["RUNNING", "FAIL", "FAIL", "RUNNING", "FAIL"]
+        assert states == ["RUNNING", "FAIL", "FAIL", "RUNNING", "FAIL", "FAIL"]
     finally:
         live.kill()
         live.wait()
@@ -482,9 +484,14 @@ def test_a_batch_whose_launch_raises_fails_its_trials_with_the_reason(tmp_path):
     done.set_user_attr("objective", 0.25)  # its job ended before the worker pool broke
     own.set_user_attr("reason", "seed 0: ConfigError: bad")
 
+    class TerminatedWorkerError(RuntimeError):  # joblib's, by name
+        pass
+
     class Broken:
+        error = TerminatedWorkerError("A worker process terminated abruptly\nmore detail")
+
         def launch(self, job_overrides, initial_job_idx):
-            raise RuntimeError("A worker process terminated abruptly\nmore detail")
+            raise self.error
 
     launcher = BatchFailures(Broken(), SimpleNamespace(storage=url, study_name="s"))
     overrides = [[f"optim.lr={t.params['optim.lr']}", f"sweep.trial={t.number}"]
@@ -494,12 +501,15 @@ def test_a_batch_whose_launch_raises_fails_its_trials_with_the_reason(tmp_path):
                                            JobStatus.FAILED]
     assert returns[0].return_value == 0.25
     trials = optuna.load_study(study_name="s", storage=url).trials
-    reason = ("its batch could not be launched: RuntimeError: A worker process terminated "
-              "abruptly")
+    reason = ("its batch could not be launched: TerminatedWorkerError: A worker process "
+              "terminated abruptly")
     assert trials[1].user_attrs["reason"] == reason
     assert trials[1].system_attrs["fail_reason"] == reason
     assert trials[2].user_attrs["reason"] == "seed 0: ConfigError: bad"  # its job's own
     assert "reason" not in trials[0].user_attrs
+    Broken.error = RuntimeError("no such partition")  # a launcher that cannot work: itself
+    with pytest.raises(RuntimeError, match="no such partition"):
+        launcher.launch(overrides, initial_job_idx=3)
 
 
 def test_the_sweeper_leaves_every_other_error_as_it_is(monkeypatch, tmp_path):

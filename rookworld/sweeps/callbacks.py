@@ -53,8 +53,8 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
     """Mark the dead RUNNING trials of `study_name` FAIL; returns their numbers (nothing
     when the study does not exist yet). only_silent: only trials whose heartbeat is older
     than grace_s (default: on for every storage but SQLite); off: every RUNNING trial but
-    those whose job (`trial.job_identity`) lives on this host, or runs on another with a
-    heartbeat within grace_s."""
+    those whose job (`trial.job_identity`) has a heartbeat within grace_s and, on this
+    host, a live process."""
     storage = open_storage(url, grace_s=grace_s)
     try:
         study_id = storage.get_study_id_from_name(study_name)
@@ -74,8 +74,9 @@ def fail_stale_trials(url: str, study_name: str, only_silent: bool | None = None
                                             states=(optuna.trial.TrialState.RUNNING,)):
                 alive = job_alive(t.system_attrs.get(JOB_ATTR))
                 trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-                if alive is False or (alive is None and (JOB_ATTR not in t.system_attrs
-                                                         or trial_id in stale)):
+                # a live pid whose heartbeat went silent is another process that reuses it
+                if alive is False or trial_id in stale or (
+                        alive is None and JOB_ATTR not in t.system_attrs):
                     ids.append(trial_id)
         for trial_id in ids:
             try:

@@ -253,9 +253,12 @@ def job_identity() -> dict:
 
 def job_alive(job: dict | None) -> bool | None:
     """Whether the recorded job's process lives: True or False on this host, None for a job
-    on another host or none recorded (its heartbeat must tell)."""
+    on another host or none recorded (its heartbeat must tell). This process is never the
+    job (a restarted sweep may reuse a dead job's pid)."""
     if not job or job.get("host") != socket.gethostname():
         return None
+    if int(job["pid"]) == os.getpid():
+        return False
     try:
         os.kill(int(job["pid"]), 0)
     except ProcessLookupError:
