@@ -35,6 +35,7 @@ from .files import atomic_write_text, replace_dir, sha256_file
 from .optim import cosine_schedule
 from .policy import EMBEDDED_DIR, save_policy
 from .run_dir import (
+    DISK_FULL,
     MANIFEST,
     MetricsFile,
     is_write_failure,
@@ -375,6 +376,12 @@ def main(cfg: DictConfig) -> None:
         run(cfg)
     except ConfigError as e:  # a bad setting or input: one line naming it, exit 1, as train
         sys.exit(f"rookworld: {e}")
+    except OSError as e:  # a full disk outside a checkpoint (the log, the report): one line
+        if e.errno not in DISK_FULL:
+            raise
+        sys.exit(f"rookworld: pretrain: writing {e.filename or cfg.out_dir} failed "
+                 f"({e.strerror}); free space, then run the same command again with "
+                 "resume=true (it continues from out_dir's last checkpoint)")
 
 
 def run(cfg: DictConfig) -> None:

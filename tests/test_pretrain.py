@@ -223,6 +223,42 @@ def test_a_full_disk_at_a_pretrain_checkpoint_ends_in_one_line_and_the_rerun_res
     assert _log_steps(out) == [1, 2, 3, 4]
 
 
+def test_a_full_disk_while_logging_ends_pretrain_in_one_line_and_the_rerun_resumes(
+        tmp_path, synthetic_data):
+    """The log's third row meets a full disk (after the step-2 checkpoint): one line naming
+    the file and resume=true, exit 1; the same command again continues from step 2."""
+    train, held_out = synthetic_data
+    out = tmp_path / "run"
+    wrapper = tmp_path / "full_log.py"
+    wrapper.write_text(
+        "import builtins, errno, runpy\nreal = builtins.open\n"
+        "class Full:\n"
+        "    def __init__(self, f):\n        self.f, self.n = f, 0\n"
+        "    def write(self, s):\n        self.n += 1\n"
+        "        if self.n == 3:\n"
+        "            raise OSError(errno.ENOSPC, 'No space left on device', self.f.name)\n"
+        "        return self.f.write(s)\n"
+        "    def __getattr__(self, k):\n        return getattr(self.f, k)\n"
+        "def opened(file, mode='r', *a, **k):\n    f = real(file, mode, *a, **k)\n"
+        "    return Full(f) if str(file).endswith('pretrain_log.jsonl') and 'a' in mode else f\n"
+        "builtins.open = opened\n"
+        "runpy.run_module('rookworld.pretrain', run_name='__main__', alter_sys=True)\n")
+    args = [f"out_dir={out}", f"data.train={train}", f"data.eval={held_out}",
+            "data.external_eval=/nonexistent", *TINY, "batch_size=4", "warmup_steps=1",
+            "data.eval_per_task=4", "curve_every=0", "sampler.max_new_tokens=8",
+            "sampler.per_task.A.max_new_tokens=8", "strength=none", "steps=4",
+            "checkpoint_every=2"]
+    p = subprocess.run([sys.executable, str(wrapper), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rookworld: pretrain: writing {out / 'pretrain_log.jsonl'} failed "
+                           "(No space left on device)") and "resume=true" in last, last
+    p = _pretrain_run(out, train, held_out, "steps=4", "checkpoint_every=2")
+    assert p.returncode == 0 and "resuming from step 2" in p.stdout, p.stderr[-2000:]
+    assert _log_steps(out) == [1, 2, 3, 4]
+
+
 def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, synthetic_data):
     """The checkpoint records the settings that shape the run: a rerun under another lr and
     seed (or data) is refused with one line naming them, and changes nothing; time budget,
