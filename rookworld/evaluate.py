@@ -24,7 +24,7 @@ from .config import WHITELIST, check_ints, check_model_path, check_targets, inst
 from .data.load import read_samples
 from .errors import ConfigError
 from .files import atomic_write_text
-from .held_out import Evaluator, before_after_table, paired_se
+from .held_out import Evaluator, before_after_table, is_by_position, paired_se
 from .strength import common_changes, settings_from
 
 
@@ -124,11 +124,6 @@ def suite_sections(suite: str) -> tuple[str, ...]:
 def is_number(value) -> bool:
     """A JSON number (int or float, NaN and infinities included), not a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def is_by_position(key: str) -> bool:
-    """A per-item list whose items may be null (an illegal answer: `acpl_by_position`)."""
-    return key.removesuffix("_masked").endswith("_by_position")
 
 
 def shown(value) -> str:

@@ -84,7 +84,13 @@ def paired_se(before: dict[str, list[float | None]],
     item without a value) are left to their own pairing (`strength.common_changes`)."""
     return {dse_key(k): mean_se([b - a for a, b in zip(before[k], v)])[1]
             for k, v in after.items() if k in before and len(before[k]) == len(v)
-            and not k.removesuffix("_masked").endswith("_by_position")}
+            and not is_by_position(k)}
+
+
+def is_by_position(key: str) -> bool:
+    """A per-item list whose items may be null (an illegal answer: `acpl_by_position`),
+    paired item by item (`strength.common_changes`), not as a metric's samples."""
+    return key.removesuffix("_masked").endswith("_by_position")
 
 
 def is_change(key: str) -> bool:

@@ -35,9 +35,9 @@ from .files import atomic_write_text, replace_dir, sha256_file
 from .optim import cosine_schedule
 from .policy import EMBEDDED_DIR, save_policy
 from .run_dir import (
-    DISK_FULL,
     MANIFEST,
     MetricsFile,
+    disk_full_error,
     is_write_failure,
     load_weights,
     verify,
@@ -376,11 +376,12 @@ def main(cfg: DictConfig) -> None:
         run(cfg)
     except ConfigError as e:  # a bad setting or input: one line naming it, exit 1, as train
         sys.exit(f"rookworld: {e}")
-    except OSError as e:  # a full disk outside a checkpoint (the log, the report): one line
-        if e.errno not in DISK_FULL:
+    except Exception as e:  # a full disk outside a checkpoint (the log, the report): one line
+        full = disk_full_error(e)
+        if full is None:
             raise
-        sys.exit(f"rookworld: pretrain: writing {e.filename or cfg.out_dir} failed "
-                 f"({e.strerror}); free space, then run the same command again with "
+        sys.exit(f"rookworld: pretrain: writing {full.filename or cfg.out_dir} failed "
+                 f"({full.strerror}); free space, then run the same command again with "
                  "resume=true (it continues from out_dir's last checkpoint)")
 
 

@@ -147,6 +147,18 @@ def _write_checkpoint(tmp: Path, next_step: int, engine, extra: dict) -> None:
     write_manifest(tmp)
 
 
+def disk_full_error(e: BaseException) -> OSError | None:
+    """The OSError of a full disk (or quota, or size limit) that e is or was raised from
+    (`raise ... from`), if any; an error raised while handling one is itself."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            return e
+        seen.add(id(e))
+        e = e.__cause__
+    return None
+
+
 def is_write_failure(e: Exception) -> bool:
     """Whether a checkpoint write failed at the disk (full, a size limit): torch raises
     RuntimeError, safetensors SafetensorError, the tokenizers library a plain Exception
@@ -366,16 +378,20 @@ def set_aside_error(run_dir: Path) -> None:
     os.replace(error, dest)
 
 
+def named_dirs(argv: list[str], keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key as typed, value) of each `key=value` on the command line that names one of keys
+    with a literal path (no interpolation)."""
+    return [(key, value) for key, _, value in (arg.partition("=") for arg in argv)
+            if key.lstrip("+") in keys and value and "${" not in value]
+
+
 def make_output_dirs(argv: list[str]) -> None:
     """Create a run or sweep directory named on the command line before Hydra does, so
     that one that cannot be made ends in a line naming the setting, not a traceback
     from inside Hydra."""
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value \
-                and "${" not in value:
-            try:
-                Path(value).expanduser().mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                sys.exit(f"rookworld: {key}={value}: cannot create that directory "
-                         f"({e.strerror or e}); pick a writable place")
+    for key, value in named_dirs(argv, ("hydra.run.dir", "hydra.sweep.dir")):
+        try:
+            Path(value).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            sys.exit(f"rookworld: {key}={value}: cannot create that directory "
+                     f"({e.strerror or e}); pick a writable place")

@@ -61,15 +61,16 @@ from .resume import (
     resolve_resume,
 )
 from .run_dir import (
-    DISK_FULL,
     RUN_CONFIG,
     CheckpointError,
     MetricsFile,
     RunLock,
+    disk_full_error,
     ensure_writable,
     fold_into,
     load_checkpoint,
     make_output_dirs,
+    named_dirs,
     save_checkpoint,
     set_aside_error,
 )
@@ -503,17 +504,15 @@ def keep_hydra_record(argv: list[str]) -> None:
     """Read the .hydra files of the run directory named by hydra.run.dir= (None: absent)
     before Hydra saves this command's record over them, so that a refused run can put
     them back (`restore_hydra_record`)."""
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") == "hydra.run.dir" and value and "${" not in value:
-            record = (Path(value).expanduser() / ".hydra").resolve()
-            for name in HYDRA_FILES:
-                try:
-                    _hydra_record[record / name] = (record / name).read_bytes()
-                except FileNotFoundError:
-                    _hydra_record[record / name] = None
-                except OSError:
-                    pass
+    for _, value in named_dirs(argv, ("hydra.run.dir",)):
+        record = (Path(value).expanduser() / ".hydra").resolve()
+        for name in HYDRA_FILES:
+            try:
+                _hydra_record[record / name] = (record / name).read_bytes()
+            except FileNotFoundError:
+                _hydra_record[record / name] = None
+            except OSError:
+                pass
 
 
 def restore_hydra_record(hc) -> None:
@@ -560,18 +559,6 @@ def drop_own_output_dir(hc) -> None:
         out.rmdir()
     except OSError:
         pass
-
-
-def _disk_full(e: BaseException) -> OSError | None:
-    """The OSError of a full disk (or quota, or size limit) that e is or was raised from
-    (`raise ... from`), if any; an error raised while handling one is itself."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, OSError) and e.errno in DISK_FULL:
-            return e
-        seen.add(id(e))
-        e = e.__cause__
-    return None
 
 
 @hydra.main(config_path="../conf", config_name="train",
@@ -622,7 +609,7 @@ def main(cfg: DictConfig) -> float:
             raise
         sys.exit(f"rookworld: {e}")
     except Exception as e:  # a full disk outside a checkpoint: one line too
-        full = _disk_full(e)
+        full = disk_full_error(e)
         if multirun or full is None:
             raise
         sys.exit(f"rookworld: writing {full.filename or f'into {run_dir}'} failed "

@@ -188,6 +188,18 @@ def test_a_full_disk_while_checkpointing_removes_the_copy_and_keeps_the_last(tmp
     assert resume_state(tmp_path, policy, opt, settings) == (2, 1.0)
 
 
+def _pretrain_wrapped(wrapper: Path, out: Path, train, held_out):
+    """Four tiny pretraining steps, checkpoints at 2 and 4, run through `wrapper` (a script
+    that patches a write, then runs rookworld.pretrain as __main__)."""
+    args = [f"out_dir={out}", f"data.train={train}", f"data.eval={held_out}",
+            "data.external_eval=/nonexistent", *TINY, "batch_size=4", "warmup_steps=1",
+            "data.eval_per_task=4", "curve_every=0", "sampler.max_new_tokens=8",
+            "sampler.per_task.A.max_new_tokens=8", "strength=none", "steps=4",
+            "checkpoint_every=2"]
+    return subprocess.run([sys.executable, str(wrapper), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
 def test_a_full_disk_at_a_pretrain_checkpoint_ends_in_one_line_and_the_rerun_resumes(
         tmp_path, synthetic_data):
     """The command line: torch's own error at the second checkpoint's state file, one line
@@ -205,13 +217,7 @@ def test_a_full_disk_at_a_pretrain_checkpoint_ends_in_one_line_and_the_rerun_res
         "    return real(obj, f, *a, **k)\n"
         "torch.save = save\n"
         "runpy.run_module('rookworld.pretrain', run_name='__main__', alter_sys=True)\n")
-    args = [f"out_dir={out}", f"data.train={train}", f"data.eval={held_out}",
-            "data.external_eval=/nonexistent", *TINY, "batch_size=4", "warmup_steps=1",
-            "data.eval_per_task=4", "curve_every=0", "sampler.max_new_tokens=8",
-            "sampler.per_task.A.max_new_tokens=8", "strength=none", "steps=4",
-            "checkpoint_every=2"]
-    p = subprocess.run([sys.executable, str(wrapper), *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    p = _pretrain_wrapped(wrapper, out, train, held_out)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("rookworld: pretrain: writing the checkpoint of step 4") and \
@@ -243,13 +249,7 @@ def test_a_full_disk_while_logging_ends_pretrain_in_one_line_and_the_rerun_resum
         "    return Full(f) if str(file).endswith('pretrain_log.jsonl') and 'a' in mode else f\n"
         "builtins.open = opened\n"
         "runpy.run_module('rookworld.pretrain', run_name='__main__', alter_sys=True)\n")
-    args = [f"out_dir={out}", f"data.train={train}", f"data.eval={held_out}",
-            "data.external_eval=/nonexistent", *TINY, "batch_size=4", "warmup_steps=1",
-            "data.eval_per_task=4", "curve_every=0", "sampler.max_new_tokens=8",
-            "sampler.per_task.A.max_new_tokens=8", "strength=none", "steps=4",
-            "checkpoint_every=2"]
-    p = subprocess.run([sys.executable, str(wrapper), *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    p = _pretrain_wrapped(wrapper, out, train, held_out)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith(f"rookworld: pretrain: writing {out / 'pretrain_log.jsonl'} failed "
